@@ -1,0 +1,46 @@
+// What a resource actor is: a table, and pure decisions over (command, current record). The host
+// does the loading, the one-turn-per-key scheduling, the transaction and the reply; an actor
+// module only says what the new state is. That keeps each resource one file to read.
+
+import { ApiError } from '../common/errors.js';
+import type { TableSpec } from '../storage/store.js';
+import type { Command, IfMatch, ListQuery } from '../proto/messages.js';
+
+export interface Versioned {
+  id: string;
+  tenant: string;
+  version: number;
+}
+
+/** The outcome of one turn: the record to store (undefined deletes it) and the reply. */
+export interface Decision<T> {
+  next: T | undefined;
+  reply: unknown;
+}
+
+export interface ActorDef<T extends Versioned, C extends Command> {
+  table: TableSpec<T>;
+  /** Kinds answered from committed state without waiting in the key's mailbox. */
+  isRead(cmd: C): boolean;
+  /** Pure: throws ApiError for a refusal. `current` is already filtered to the caller's tenant. */
+  decide(cmd: C, current: T | undefined, now: number): Decision<T>;
+  /** The index prefix a list query scans. */
+  listPrefix(q: ListQuery): (string | number)[];
+}
+
+export function notFound(what: string): ApiError {
+  return new ApiError('not-found', `No ${what} with that id.`);
+}
+
+/** RFC 9110 §13.1.1: If-Match passes when any listed tag names the current version. */
+export function checkIfMatch(ifMatch: IfMatch, version: number): void {
+  if (ifMatch === undefined || ifMatch === '*') return;
+  if (!ifMatch.includes(version)) {
+    throw new ApiError('precondition-failed', 'The resource has changed since the entity tag in If-Match was issued.');
+  }
+}
+
+export function existing<T extends Versioned>(current: T | undefined, what: string): T {
+  if (current === undefined) throw notFound(what);
+  return current;
+}

@@ -1,0 +1,21 @@
+// The bus between gateway and actor host. Two implementations share this interface: the
+// in-process bus of embedded mode (common/local-bus.ts) and NATS for cluster mode
+// (common/nats-bus.ts). Nothing outside nats-bus.ts imports `nats` (STYLE 7).
+
+import type { Command, Query, Result } from '../proto/messages.js';
+
+/** What an actor host offers to a bus: the same two calls the gateway makes. */
+export interface ActorEndpoint {
+  /** Handles one command for a key this host owns. Never throws: errors come back as data. */
+  handle(cmd: Command): Promise<Result<unknown>>;
+  /** Answers a query for the partitions this host owns. Never throws. */
+  query(q: Query): Promise<Result<unknown>>;
+}
+
+export interface Bus {
+  /** Sends a command to the owner of cmd.partition. Resolves with data or a wire error. */
+  send(cmd: Command): Promise<Result<unknown>>;
+  /** Sends a query to every owner node and collects their answers (one per node). */
+  scatter(q: Query): Promise<Result<unknown>[]>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,76 @@
+// Every setting the service reads from its environment (CONTRACT §1), parsed and checked in one
+// place so a bad value stops the process at start with a message naming the variable.
+
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  natsUrl: string | undefined;
+  jwtSecret: string | undefined;
+  maxBodyBytes: number;
+  maxBatch: number;
+  rateLimitPerSecond: number;
+  rateLimitBurst: number;
+  idempotencyTtlHours: number;
+  operationRetentionHours: number;
+  eventRetentionDays: number;
+  webhookRetrySchedule: number[];
+  webhookTimeoutMs: number;
+  webhookDisableAfterHours: number;
+  webhookAllowPrivateTargets: boolean;
+  deprecationsFile: string | undefined;
+  /** Deadline for one bus request before the gateway answers 503 (ARCHITECTURE property 7). */
+  busTimeoutMs: number;
+  /** Most commands one key's mailbox may hold before the actor host refuses with 503. */
+  mailboxLimit: number;
+  logLevel: string;
+  /** Cluster mode: this actor node's stable name and the partitions it serves. */
+  nodeId: string | undefined;
+  actorPartitions: string | undefined;
+}
+
+export class ConfigError extends Error {}
+
+type Env = Record<string, string | undefined>;
+
+function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got '${raw}'`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const schedule = (env.WEBHOOK_RETRY_SCHEDULE ?? '5,30,120,600,3600,21600,43200,86400,86400')
+    .split(',')
+    .map((s) => s.trim());
+  if (schedule.some((s) => !/^\d+$/.test(s))) {
+    throw new ConfigError('WEBHOOK_RETRY_SCHEDULE must be comma-separated whole seconds');
+  }
+  return {
+    host: env.HOST || '127.0.0.1',
+    port: int(env, 'PORT', 8080, 0, 65535),
+    dataDir: env.DATA_DIR || './data',
+    natsUrl: env.NATS_URL || undefined,
+    jwtSecret: env.AUTH_JWT_SECRET || undefined,
+    maxBodyBytes: int(env, 'MAX_BODY_BYTES', 1048576, 1024, 64 * 1048576),
+    maxBatch: int(env, 'MAX_BATCH', 100, 1, 10000),
+    rateLimitPerSecond: int(env, 'RATE_LIMIT_PER_SECOND', 1000, 1, 10_000_000),
+    rateLimitBurst: int(env, 'RATE_LIMIT_BURST', 2000, 1, 10_000_000),
+    idempotencyTtlHours: int(env, 'IDEMPOTENCY_TTL_HOURS', 24, 1, 24 * 365),
+    operationRetentionHours: int(env, 'OPERATION_RETENTION_HOURS', 24, 1, 24 * 365),
+    eventRetentionDays: int(env, 'EVENT_RETENTION_DAYS', 30, 1, 3650),
+    webhookRetrySchedule: schedule.map(Number),
+    webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10000, 100, 120000),
+    webhookDisableAfterHours: int(env, 'WEBHOOK_DISABLE_AFTER_HOURS', 120, 1, 24 * 365),
+    webhookAllowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS === '1',
+    deprecationsFile: env.DEPRECATIONS_FILE || undefined,
+    busTimeoutMs: int(env, 'BUS_TIMEOUT_MS', 5000, 10, 120000),
+    mailboxLimit: int(env, 'MAILBOX_LIMIT', 1000, 1, 1_000_000),
+    logLevel: env.LOG_LEVEL || 'info',
+    nodeId: env.NODE_ID || undefined,
+    actorPartitions: env.ACTOR_PARTITIONS || undefined,
+  };
+}

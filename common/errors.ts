@@ -1,0 +1,69 @@
+// The one catalogue of problem types (CONTRACT §4). Code throws ApiError with a slug; exactly one
+// function (gateway/problem.ts) turns errors into HTTP. Slugs are never renamed: clients branch
+// on `type`.
+
+export const PROBLEMS = {
+  'malformed-request': { status: 400, title: 'Malformed request', doc: 'The request could not be read: bad JSON, bad encoding, or a bad header.' },
+  'invalid-parameter': { status: 400, title: 'Invalid parameter', doc: 'A query parameter is unknown, out of range, or not allowed here. `errors[].parameter` names each one.' },
+  'validation-failed': { status: 422, title: 'Validation failed', doc: 'The body is well-formed JSON but breaks the resource schema. `errors[]` has one entry per invalid member, with an RFC 6901 `pointer`.' },
+  unauthenticated: { status: 401, title: 'Unauthenticated', doc: 'The bearer token is missing, malformed, badly signed or expired. Send `Authorization: Bearer <token>`.' },
+  forbidden: { status: 403, title: 'Forbidden', doc: 'The token is valid but lacks the scope this operation needs; `detail` names the scope.' },
+  'not-found': { status: 404, title: 'Not found', doc: 'No such resource in your tenant. Resources of other tenants are answered the same way.' },
+  'method-not-allowed': { status: 405, title: 'Method not allowed', doc: 'The resource exists but does not support this method. The `Allow` header lists those it does.' },
+  'not-acceptable': { status: 406, title: 'Not acceptable', doc: 'None of the media types in `Accept` can be served. Use `application/json` or `application/hal+json`.' },
+  conflict: { status: 409, title: 'Conflict', doc: 'The request conflicts with existing state, such as a duplicate.' },
+  'invalid-state': { status: 409, title: 'Invalid state', doc: 'The resource is not in a state that allows this action (for example paying a cancelled order).' },
+  gone: { status: 410, title: 'Gone', doc: 'The endpoint is retired or in a brownout. The problem and the `Link` header name its successor.' },
+  'precondition-failed': { status: 412, title: 'Precondition failed', doc: 'The `If-Match` entity tag does not match the current representation. GET it again and retry.' },
+  'payload-too-large': { status: 413, title: 'Payload too large', doc: 'The body or the batch exceeds the configured limit.' },
+  'unsupported-media-type': { status: 415, title: 'Unsupported media type', doc: 'Send bodies as `application/json` (or `application/merge-patch+json` for PATCH).' },
+  'headers-too-large': { status: 431, title: 'Request header fields too large', doc: 'The request carries too many headers or headers that are too large.' },
+  'idempotency-key-reused': { status: 422, title: 'Idempotency key reused', doc: 'The `Idempotency-Key` was first used for a different method, path or body.' },
+  'idempotency-key-in-flight': { status: 409, title: 'Idempotency key in flight', doc: 'A request with this `Idempotency-Key` is still running. Retry after `Retry-After` seconds.' },
+  'rate-limited': { status: 429, title: 'Rate limited', doc: 'Too many requests for this principal. Retry after `Retry-After` seconds.' },
+  internal: { status: 500, title: 'Internal error', doc: 'An unexpected failure. Quote the `traceId` when reporting it.' },
+  unavailable: { status: 503, title: 'Service unavailable', doc: 'The service is overloaded or a dependency is down. Retry after `Retry-After` seconds.' },
+} as const satisfies Record<string, { status: number; title: string; doc: string }>;
+
+export type ProblemSlug = keyof typeof PROBLEMS;
+
+export interface FieldError {
+  pointer?: string;
+  parameter?: string;
+  detail: string;
+}
+
+export class ApiError extends Error {
+  readonly status: number;
+  constructor(
+    readonly slug: ProblemSlug,
+    readonly detail: string,
+    readonly extra: { errors?: FieldError[]; headers?: Record<string, string>; members?: Record<string, unknown> } = {},
+  ) {
+    super(detail);
+    this.status = PROBLEMS[slug].status;
+  }
+}
+
+export function isProblemSlug(s: string): s is ProblemSlug {
+  return Object.prototype.hasOwnProperty.call(PROBLEMS, s);
+}
+
+/** How an error crosses the bus: data only (STYLE 5). */
+export interface WireError {
+  code: ProblemSlug;
+  detail: string;
+  errors?: FieldError[];
+}
+
+export function toWire(err: ApiError): WireError {
+  const w: WireError = { code: err.slug, detail: err.detail };
+  if (err.extra.errors) w.errors = err.extra.errors;
+  return w;
+}
+
+/** The one place a wire error becomes a typed error again. Unknown codes become 500s. */
+export function fromWire(w: WireError): ApiError {
+  if (!isProblemSlug(w.code)) return new ApiError('internal', 'The request could not be completed.');
+  return new ApiError(w.code, w.detail, w.errors ? { errors: w.errors } : {});
+}

@@ -1,0 +1,74 @@
+// Wiring: config → bus (in-process actor host, or NATS) → gateway → uWS. `startService` is what
+// `npm start` runs and what the end-to-end tests start on port 0.
+
+import { join } from 'node:path';
+import type { Bus } from '../common/bus.js';
+import type { Config } from '../common/config.js';
+import { PARTITIONS } from '../common/ids.js';
+import { LocalBus } from '../common/local-bus.js';
+import type { Logger } from '../common/log.js';
+import { jwtSecret } from '../common/secret.js';
+import { ActorHost } from '../actors/host.js';
+import { Authenticator } from './auth.js';
+import { BusClient } from './bus-client.js';
+import { listen } from './http.js';
+import { createGateway, type Gateway } from './pipeline.js';
+import { metaRoutes } from './resources/meta.js';
+import { orderRoutes } from './resources/orders.js';
+import { productRoutes } from './resources/products.js';
+import type { RouteDef } from './route.js';
+
+export interface Service {
+  url: string;
+  port: number;
+  mode: 'embedded' | 'cluster';
+  gateway: Gateway;
+  close(): Promise<void>;
+}
+
+export function allRoutes(): RouteDef[] {
+  const routes: RouteDef[] = [...orderRoutes, ...productRoutes];
+  routes.push(...metaRoutes(() => routes));
+  return routes;
+}
+
+export function actorDataDir(config: Config): string {
+  return join(config.dataDir, 'actors');
+}
+
+export async function startService(config: Config, log: Logger): Promise<Service> {
+  let bus: Bus;
+  let host: ActorHost | undefined;
+  if (config.natsUrl) {
+    if (!config.jwtSecret) throw new Error('AUTH_JWT_SECRET must be set in cluster mode: every gateway needs the same one.');
+    const { connectNatsBus } = await import('../common/nats-bus.js');
+    bus = await connectNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m) });
+  } else {
+    host = new ActorHost({
+      dataDir: actorDataDir(config),
+      partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)),
+      mailboxLimit: config.mailboxLimit,
+      log,
+    });
+    bus = new LocalBus(host, config.busTimeoutMs);
+  }
+  const gateway = createGateway({
+    routes: allRoutes(),
+    auth: new Authenticator(jwtSecret(config.jwtSecret, config.dataDir)),
+    bus: new BusClient(bus),
+    config,
+    log,
+  });
+  const server = await listen(gateway.handle, { host: config.host, port: config.port, maxBodyBytes: config.maxBodyBytes, log });
+  return {
+    url: `http://${config.host}:${server.port}`,
+    port: server.port,
+    mode: config.natsUrl ? 'cluster' : 'embedded',
+    gateway,
+    async close() {
+      server.close();
+      await bus.close();
+      await host?.close();
+    },
+  };
+}

@@ -1,0 +1,91 @@
+// Bearer JWT (HS256) checked on every request with nothing kept between requests but a cache
+// of verified tokens, safe to lose (CONTRACT §3, ARCHITECTURE "Hot paths"). Errors follow
+// RFC 6750 §3: 401 with WWW-Authenticate, 403 for a missing scope.
+
+import { jwtVerify, SignJWT, errors as joseErrors } from 'jose';
+import { ApiError } from '../common/errors.js';
+
+export interface Principal {
+  sub: string;
+  tenant: string;
+  scopes: ReadonlySet<string>;
+}
+
+const CACHE_LIMIT = 10_000;
+const CHALLENGE = 'Bearer realm="api"';
+
+function unauthenticated(detail: string, code?: string): ApiError {
+  const challenge = code ? `${CHALLENGE}, error="${code}", error_description="${detail}"` : CHALLENGE;
+  return new ApiError('unauthenticated', detail, { headers: { 'www-authenticate': challenge } });
+}
+
+export class Authenticator {
+  private readonly key: Uint8Array;
+  private readonly cache = new Map<string, { principal: Principal; expMs: number }>();
+
+  constructor(secret: string) {
+    this.key = new TextEncoder().encode(secret);
+  }
+
+  /** The caller, or undefined when no Authorization header was sent. Throws 401 for a bad one. */
+  async authenticate(header: string | undefined): Promise<Principal | undefined> {
+    if (header === undefined) return undefined;
+    const m = /^Bearer +([A-Za-z0-9\-_.~+/]+=*) *$/i.exec(header);
+    if (!m) throw unauthenticated('The Authorization header must use the Bearer scheme.', 'invalid_request');
+    const token = m[1]!;
+    const hit = this.cache.get(token);
+    if (hit) {
+      if (hit.expMs > Date.now()) return hit.principal;
+      this.cache.delete(token);
+    }
+    let payload: Record<string, unknown>;
+    try {
+      ({ payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'] }));
+    } catch (err) {
+      if (err instanceof joseErrors.JWTExpired) throw unauthenticated('The token has expired.', 'invalid_token');
+      throw unauthenticated('The token is malformed or its signature is invalid.', 'invalid_token');
+    }
+    const { sub, tenant, scope, exp } = payload;
+    if (typeof sub !== 'string' || sub === '' || sub.length > 255) throw unauthenticated('The token has no valid sub claim.', 'invalid_token');
+    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '' || tenant.length > 255)) {
+      throw unauthenticated('The token has an invalid tenant claim.', 'invalid_token');
+    }
+    if (scope !== undefined && typeof scope !== 'string') throw unauthenticated('The token has an invalid scope claim.', 'invalid_token');
+    const principal: Principal = {
+      sub,
+      tenant: (tenant as string | undefined) ?? sub,
+      scopes: new Set((scope ?? '').split(' ').filter(Boolean)),
+    };
+    if (this.cache.size >= CACHE_LIMIT) this.cache.delete(this.cache.keys().next().value!);
+    // Without exp a token stays valid; re-verify hourly anyway so the cache never pins one forever.
+    const expMs = typeof exp === 'number' ? exp * 1000 : Date.now() + 3_600_000;
+    this.cache.set(token, { principal, expMs });
+    return principal;
+  }
+
+  /** 401 when the route needs a caller and there is none; 403 when the scope is missing. */
+  authorize(principal: Principal | undefined, scope: string): Principal {
+    if (!principal) throw unauthenticated('This endpoint needs a bearer token.');
+    if (!principal.scopes.has(scope)) {
+      throw new ApiError('forbidden', `The token lacks the '${scope}' scope.`, {
+        headers: { 'www-authenticate': `${CHALLENGE}, error="insufficient_scope", scope="${scope}"` },
+      });
+    }
+    return principal;
+  }
+}
+
+export async function mintToken(
+  secret: string,
+  claims: { sub: string; tenant?: string; scope: string },
+  expiresIn: string | number = '30d',
+): Promise<string> {
+  const body: Record<string, string> = { scope: claims.scope };
+  if (claims.tenant) body.tenant = claims.tenant;
+  return new SignJWT(body)
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setSubject(claims.sub)
+    .setIssuedAt()
+    .setExpirationTime(expiresIn)
+    .sign(new TextEncoder().encode(secret));
+}

@@ -1,0 +1,147 @@
+// Query-parameter conventions shared by every collection (CONTRACT §2): limit, keyset cursor,
+// sort over an allow-list, sparse fields and expansion over allow-lists. Bad values are 400
+// `invalid-parameter` naming the parameter.
+
+import { ApiError } from '../common/errors.js';
+import type { ListPage, ListQuery, SortDir } from '../proto/messages.js';
+import type { QueryParam } from './route.js';
+
+export const DEFAULT_LIMIT = 20;
+export const MAX_LIMIT = 100;
+
+export function invalidParameter(parameter: string, detail: string): ApiError {
+  return new ApiError('invalid-parameter', `The '${parameter}' parameter is invalid: ${detail}.`, { errors: [{ parameter, detail }] });
+}
+
+export const LIST_PARAMS: Record<string, QueryParam> = {
+  limit: { description: `Page size, 1 to ${MAX_LIMIT} (default ${DEFAULT_LIMIT}).`, schema: { type: 'integer', minimum: 1, maximum: MAX_LIMIT } },
+  cursor: { description: 'Opaque position from a previous page\'s `next` link.', schema: { type: 'string' } },
+};
+
+export function fieldsParam(names: readonly string[]): QueryParam {
+  return { description: `Comma-separated members to keep (id and _links always stay): ${names.join(', ')}.`, schema: { type: 'string' } };
+}
+
+export function expandParam(paths: readonly string[]): QueryParam {
+  return { description: `Comma-separated relations to embed: ${paths.join(', ')}.`, schema: { type: 'string' } };
+}
+
+export function sortParam(sorts: readonly string[], dflt: string): QueryParam {
+  return { description: `One of ${sorts.map((s) => `${s}, -${s}`).join(', ')} (default ${dflt}); a leading minus sorts descending.`, schema: { type: 'string' } };
+}
+
+export function parseLimit(query: URLSearchParams): number {
+  const raw = query.get('limit');
+  if (raw === null) return DEFAULT_LIMIT;
+  if (!/^\d{1,3}$/.test(raw) || Number(raw) < 1 || Number(raw) > MAX_LIMIT) throw invalidParameter('limit', `must be an integer from 1 to ${MAX_LIMIT}`);
+  return Number(raw);
+}
+
+export function parseSort<S extends string>(query: URLSearchParams, allowed: readonly S[], dflt: string): { sort: S; dir: SortDir } {
+  const raw = query.get('sort') ?? dflt;
+  const desc = raw.startsWith('-');
+  const name = desc ? raw.slice(1) : raw;
+  if (!(allowed as readonly string[]).includes(name)) throw invalidParameter('sort', `must be one of ${allowed.join(', ')}, optionally with a leading minus`);
+  return { sort: name as S, dir: desc ? 'desc' : 'asc' };
+}
+
+function parseList(query: URLSearchParams, parameter: string, allowed: readonly string[], noun: string): Set<string> {
+  const raw = query.get(parameter);
+  const out = new Set<string>();
+  if (raw === null) return out;
+  for (const name of raw.split(',')) {
+    const n = name.trim();
+    if (!allowed.includes(n)) throw invalidParameter(parameter, `unknown ${noun} '${n.slice(0, 64)}'`);
+    out.add(n);
+  }
+  return out;
+}
+
+/** undefined: no `fields` parameter, keep everything. */
+export function parseFields(query: URLSearchParams, allowed: readonly string[]): Set<string> | undefined {
+  return query.has('fields') ? parseList(query, 'fields', allowed, 'field') : undefined;
+}
+
+export function parseExpand(query: URLSearchParams, allowed: readonly string[]): Set<string> {
+  const set = parseList(query, 'expand', allowed, 'expansion');
+  // Expanding a nested path implies its parent (items.product needs items).
+  for (const p of [...set]) {
+    const parent = p.split('.').slice(0, -1).join('.');
+    if (parent) set.add(parent);
+  }
+  return set;
+}
+
+/** The variant string that, with the version, makes a strong per-representation ETag. */
+export function variantOf(fields: Set<string> | undefined, expand: Set<string>, extra = ''): string {
+  return `f=${fields ? [...fields].sort().join(',') : '*'};e=${[...expand].sort().join(',')};${extra}`;
+}
+
+/** Keeps only the named members; id and _links always stay, and so do expanded members. */
+export function project<T extends Record<string, unknown>>(rep: T, fields: Set<string> | undefined, expand: Set<string>): Partial<T> {
+  if (!fields) return rep;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(rep)) {
+    if (k === 'id' || k === '_links' || fields.has(k) || expand.has(k)) out[k] = v;
+  }
+  return out as Partial<T>;
+}
+
+// ---- keyset cursors: the filter they belong to, the sort, and the last (value, id) served ----
+
+interface CursorBody {
+  f: string;
+  s: string;
+  v: number | string;
+  i: string;
+}
+
+export function encodeCursor(filterKey: string, sortKey: string, v: number | string, id: string): string {
+  return Buffer.from(JSON.stringify({ f: filterKey, s: sortKey, v, i: id } satisfies CursorBody)).toString('base64url');
+}
+
+export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey: string): ListQuery['after'] {
+  const raw = query.get('cursor');
+  if (raw === null) return undefined;
+  let c: unknown;
+  try {
+    if (raw.length > 1024 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw new Error('shape');
+    c = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8'));
+  } catch {
+    throw invalidParameter('cursor', 'is not a cursor this service issued');
+  }
+  const body = c as Partial<CursorBody> | null;
+  if (!body || typeof body.i !== 'string' || (typeof body.v !== 'number' && typeof body.v !== 'string') || typeof body.f !== 'string' || typeof body.s !== 'string') {
+    throw invalidParameter('cursor', 'is not a cursor this service issued');
+  }
+  if (body.f !== filterKey || body.s !== sortKey) throw invalidParameter('cursor', 'was issued for other filters or another sort');
+  return { v: body.v, id: body.i };
+}
+
+/**
+ * Merges the owners' slices (each already in index order, each up to limit+1 long) into one
+ * page; there is more when any slice had more than the page takes.
+ */
+export function mergePages<T extends { id: string }>(pages: ListPage<T>[], dir: SortDir, limit: number): { rows: { v: number | string; record: T }[]; hasMore: boolean } {
+  const all = pages.flatMap((p) => p.rows);
+  if (pages.length > 1) {
+    const sign = dir === 'asc' ? 1 : -1;
+    all.sort((a, b) => sign * (compare(a.v, b.v) || compare(a.record.id, b.record.id)));
+  }
+  return { rows: all.slice(0, limit), hasMore: all.length > limit };
+}
+
+// The same order LMDB's ordered-binary keys use: numbers before strings.
+function compare(a: number | string, b: number | string): number {
+  if (typeof a === typeof b) return a < b ? -1 : a > b ? 1 : 0;
+  return typeof a === 'number' ? -1 : 1;
+}
+
+/** Rebuilds the request's query string with a new cursor, keeping every other parameter. */
+export function pageHref(path: string, query: URLSearchParams, cursor: string | undefined): string {
+  const q = new URLSearchParams(query);
+  if (cursor === undefined) q.delete('cursor');
+  else q.set('cursor', cursor);
+  const s = q.toString();
+  return s ? `${path}?${s}` : path;
+}

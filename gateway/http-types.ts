@@ -1,0 +1,19 @@
+// The plain request and response that everything behind the uWS adapter works with, so the
+// pipeline is a pure function tests can call without a socket (STYLE 2).
+
+export interface GatewayRequest {
+  method: string;
+  /** Path without the query string, as received (not decoded). */
+  path: string;
+  /** Raw query string without the leading '?'. */
+  query: string;
+  /** Lower-cased names; repeated headers joined with ', '. */
+  headers: Record<string, string>;
+  body: Buffer | undefined;
+}
+
+export interface GatewayResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer | string | undefined;
+}

@@ -1,0 +1,138 @@
+// The uWS edge: turns uWS callbacks into a GatewayRequest and a GatewayResponse back into bytes.
+// uWS rules this file keeps (uWS user manual): read everything from `req` before the first
+// await (it is stack-allocated), register onAborted before any await, write inside cork, and
+// stream large bodies with tryEnd/onWritable so a slow reader cannot grow our memory.
+
+import { STATUS_CODES } from 'node:http';
+import uWS from '@trufflesuite/uws-js-unofficial';
+import type { Logger } from '../common/log.js';
+import type { GatewayRequest, GatewayResponse } from './http-types.js';
+
+export interface HttpServer {
+  port: number;
+  close(): void;
+}
+
+export interface HttpOptions {
+  host: string;
+  port: number;
+  maxBodyBytes: number;
+  log: Logger;
+}
+
+const statusLines = new Map<number, string>();
+function statusLine(status: number): string {
+  let line = statusLines.get(status);
+  if (!line) statusLines.set(status, (line = `${status} ${STATUS_CODES[status] ?? ''}`.trim()));
+  return line;
+}
+
+function tooLarge(limit: number): GatewayResponse {
+  const body = JSON.stringify({
+    type: '/problems/payload-too-large',
+    title: 'Payload too large',
+    status: 413,
+    detail: `The body exceeds the ${limit}-byte limit.`,
+  });
+  return { status: 413, headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store' }, body };
+}
+
+export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
+  const app = uWS.App();
+
+  app.any('/*', (res, req) => {
+    const headers: Record<string, string> = {};
+    req.forEach((k, v) => {
+      headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
+    });
+    const request: GatewayRequest = {
+      method: req.getCaseSensitiveMethod().toUpperCase(),
+      path: req.getUrl(),
+      query: req.getQuery() ?? '',
+      headers,
+      body: undefined,
+    };
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+    });
+
+    const send = (response: GatewayResponse, close = false): void => {
+      if (aborted) return;
+      res.cork(() => writeResponse(res, request.method, response, close, () => aborted));
+    };
+    const run = (): void => {
+      handle(request).then(send, (err: unknown) => {
+        // handle() renders its own errors; reaching here is a bug in the pipeline itself.
+        opts.log.error({ err }, 'pipeline threw');
+        send({ status: 500, headers: { 'content-type': 'application/problem+json' }, body: '{"type":"/problems/internal","title":"Internal error","status":500}' });
+      });
+    };
+
+    const declared = headers['content-length'];
+    const chunked = headers['transfer-encoding'] !== undefined;
+    if (declared === undefined && !chunked) return run();
+    if (declared !== undefined && Number(declared) > opts.maxBodyBytes) {
+      // Refuse before reading a byte of it, and close: the rest of the body is never read.
+      return send(tooLarge(opts.maxBodyBytes), true);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let refused = false;
+    res.onData((chunk, isLast) => {
+      if (refused) return;
+      size += chunk.byteLength;
+      if (size > opts.maxBodyBytes) {
+        refused = true;
+        return send(tooLarge(opts.maxBodyBytes), true);
+      }
+      // uWS reuses the chunk's memory after this callback returns: copy it.
+      chunks.push(Buffer.from(Buffer.from(chunk)));
+      if (isLast) {
+        request.body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
+        run();
+      }
+    });
+  });
+
+  return new Promise((resolve, reject) => {
+    app.listen(opts.host, opts.port, (socket) => {
+      if (!socket) return reject(new Error(`cannot listen on ${opts.host}:${opts.port}`));
+      resolve({
+        port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket),
+        close: () => uWS.us_listen_socket_close(socket),
+      });
+    });
+  });
+}
+
+function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, isAborted: () => boolean): void {
+  res.writeStatus(statusLine(r.status));
+  for (const k in r.headers) res.writeHeader(k, r.headers[k]!);
+  const body = r.body === undefined ? undefined : typeof r.body === 'string' ? Buffer.from(r.body) : r.body;
+  // endWithoutBody() takes no length here: this uWS build mis-writes an explicit one.
+  if (r.status === 204 || r.status === 304 || body === undefined) {
+    res.endWithoutBody();
+    if (close) res.close();
+    return;
+  }
+  if (method === 'HEAD') {
+    // RFC 9110 §9.3.2: the length the GET would have had, and no body.
+    res.writeHeader('content-length', String(body.length));
+    res.endWithoutBody();
+    return;
+  }
+  if (close) {
+    res.end(body, true);
+    return;
+  }
+  const start = res.getWriteOffset();
+  const [ok, done] = res.tryEnd(body, body.length);
+  if (ok || done) return;
+  // Backpressure: resume from where the socket stopped, only when it can take more.
+  res.onWritable((offset) => {
+    if (isAborted()) return true;
+    const [more] = res.tryEnd(body.subarray(offset - start), body.length);
+    return more;
+  });
+}

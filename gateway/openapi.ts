@@ -1,0 +1,68 @@
+// The OpenAPI 3.1 document, generated from the same route declarations that validate requests,
+// so the document cannot drift from what the service accepts (STYLE 1).
+
+import { PROBLEMS } from '../common/errors.js';
+import type { RouteDef } from './route.js';
+
+const problemSchema = {
+  type: 'object',
+  description: 'RFC 9457 problem details.',
+  properties: {
+    type: { type: 'string', description: '/problems/<slug>', enum: Object.keys(PROBLEMS).map((s) => `/problems/${s}`) },
+    title: { type: 'string' },
+    status: { type: 'integer' },
+    detail: { type: 'string' },
+    traceId: { type: 'string' },
+    errors: {
+      type: 'array',
+      items: { type: 'object', properties: { pointer: { type: 'string' }, parameter: { type: 'string' }, detail: { type: 'string' } } },
+    },
+  },
+  required: ['type', 'title', 'status', 'traceId'],
+};
+
+export function openApiDocument(routes: readonly RouteDef[], prefix: string): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const r of routes) {
+    if (!r.path.startsWith(`${prefix}/`) && r.path !== prefix) continue;
+    const pathParams = [...r.path.matchAll(/\{(\w+)\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
+    const queryParams = Object.entries(r.query ?? {}).map(([name, q]) => ({ name, in: 'query', required: false, description: q.description, schema: q.schema }));
+    const responses: Record<string, unknown> = {};
+    for (const [status, description] of Object.entries(r.responses)) {
+      const s = Number(status);
+      if (s >= 400) responses[status] = { description, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+      else if (s === 204 || s === 304 || !r.response) responses[status] = { description };
+      else responses[status] = { description, content: { 'application/json': { schema: r.response }, 'application/hal+json': { schema: r.response } } };
+    }
+    if (r.scope) {
+      responses['401'] = { description: 'Missing or invalid bearer token.', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+      responses['403'] = { description: `The token lacks the ${r.scope} scope.`, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+    }
+    const op: Record<string, unknown> = {
+      operationId: r.operationId,
+      summary: r.summary,
+      tags: [r.tag],
+      security: r.scope ? [{ bearer: [r.scope] }] : [],
+      parameters: [...pathParams, ...queryParams],
+      responses,
+    };
+    if (r.body) {
+      const mediaTypes = r.body.mediaTypes ?? ['application/json'];
+      op.requestBody = { required: r.body.required !== false, content: Object.fromEntries(mediaTypes.map((m) => [m, { schema: r.body!.schema }])) };
+    }
+    (paths[r.path] ??= {})[r.method.toLowerCase()] = op;
+  }
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'Orders API',
+      version: prefix.slice(1),
+      description: 'Resource-oriented JSON API. Errors are RFC 9457 problem details; see /problems/<slug>.',
+    },
+    paths,
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
+      schemas: { Problem: problemSchema },
+    },
+  };
+}

@@ -1,0 +1,171 @@
+// The request lifecycle as one ordered list, read top to bottom (STYLE 3):
+//
+//   trace id → authenticate → route → authorize → negotiate → parse and validate
+//     → handler (command → bus) → render → conditional → compress
+//
+// `handle` is a pure function from GatewayRequest to GatewayResponse; the uWS adapter
+// (gateway/http.ts) is the only code that knows about sockets.
+
+import { randomBytes } from 'node:crypto';
+import type { Config } from '../common/config.js';
+import { ApiError } from '../common/errors.js';
+import type { Logger } from '../common/log.js';
+import type { Authenticator } from './auth.js';
+import type { BusClient } from './bus-client.js';
+import type { GatewayRequest, GatewayResponse } from './http-types.js';
+import { negotiateCoding, negotiateMediaType } from './negotiate.js';
+import { problemResponse } from './problem.js';
+import { contentTag, encodeBody, noneMatch, parseIfMatch, versionTag } from './representation.js';
+import type { Ctx, Outcome, RouteDef } from './route.js';
+import { Router } from './router.js';
+import { compileSchema, validateBody } from './validate.js';
+
+const BASE_VARY = ['Accept', 'Accept-Encoding'];
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+export interface GatewayDeps {
+  routes: RouteDef[];
+  auth: Authenticator;
+  bus: BusClient;
+  config: Config;
+  log: Logger;
+}
+
+export interface Gateway {
+  handle(req: GatewayRequest): Promise<GatewayResponse>;
+  routes: readonly RouteDef[];
+}
+
+export function createGateway(deps: GatewayDeps): Gateway {
+  const router = new Router<RouteDef>();
+  for (const r of deps.routes) {
+    router.add(r.method, r.path, r);
+    if (r.body) compileSchema(r.body.schema);
+  }
+
+  async function handle(req: GatewayRequest): Promise<GatewayResponse> {
+    const traceId = traceIdOf(req.headers.traceparent);
+    try {
+      const principal = await deps.auth.authenticate(req.headers.authorization);
+      const match = router.match(req.method, req.path);
+      if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
+      if (match.kind === 'method-not-allowed') {
+        throw new ApiError('method-not-allowed', `${req.method} is not supported here.`, { headers: { allow: match.allow.join(', ') } });
+      }
+      const route = match.route;
+      if (route.scope !== undefined) deps.auth.authorize(principal, route.scope);
+      const ctx: Ctx = {
+        req,
+        params: match.params,
+        query: parseQuery(req.query, route),
+        body: parseBody(req, route),
+        principal,
+        traceId,
+        media: negotiateMediaType(req.headers.accept, route.produces),
+        coding: negotiateCoding(req.headers['accept-encoding']),
+        ifMatch: parseIfMatch(req.headers['if-match']),
+        bus: deps.bus,
+        config: deps.config,
+      };
+      const outcome = await route.handle(ctx);
+      return await render(outcome, ctx, traceId);
+    } catch (err) {
+      return problemResponse(err, traceId, deps.log);
+    }
+  }
+
+  return { handle, routes: deps.routes };
+}
+
+/** W3C Trace Context: a valid incoming traceparent sets the trace id (CONTRACT §2). */
+function traceIdOf(traceparent: string | undefined): string {
+  if (traceparent) {
+    const m = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(traceparent.trim());
+    if (m && m[1] !== '00000000000000000000000000000000') return m[1]!;
+  }
+  return randomBytes(16).toString('hex');
+}
+
+function parseQuery(raw: string, route: RouteDef): URLSearchParams {
+  const query = new URLSearchParams(raw);
+  const allowed = route.query ?? {};
+  const errors = [];
+  const seen = new Set<string>();
+  for (const name of query.keys()) {
+    if (!Object.prototype.hasOwnProperty.call(allowed, name)) errors.push({ parameter: name, detail: 'is not a known parameter' });
+    else if (seen.has(name)) errors.push({ parameter: name, detail: 'may appear only once' });
+    seen.add(name);
+  }
+  if (errors.length) throw new ApiError('invalid-parameter', 'The query string has invalid parameters.', { errors });
+  return query;
+}
+
+function parseBody(req: GatewayRequest, route: RouteDef): unknown {
+  const spec = route.body;
+  const raw = req.body;
+  if (!spec) {
+    if (raw && raw.length > 0) throw new ApiError('unsupported-media-type', 'This endpoint takes no request body.');
+    return undefined;
+  }
+  if (!raw || raw.length === 0) {
+    if (spec.required === false) return undefined;
+    throw new ApiError('malformed-request', 'A JSON request body is required.');
+  }
+  const ctype = req.headers['content-type'];
+  const accepted = spec.mediaTypes ?? ['application/json'];
+  const [mediaPart, ...paramParts] = (ctype ?? '').split(';');
+  const media = mediaPart!.trim().toLowerCase();
+  const charset = paramParts.map((p) => p.trim().toLowerCase()).find((p) => p.startsWith('charset='));
+  if (!accepted.includes(media) || (charset && charset !== 'charset=utf-8' && charset !== 'charset="utf-8"')) {
+    throw new ApiError('unsupported-media-type', `Send the body as ${accepted.join(' or ')} in UTF-8.`);
+  }
+  let text: string;
+  try {
+    text = utf8.decode(raw);
+  } catch {
+    throw new ApiError('malformed-request', 'The body is not valid UTF-8.');
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new ApiError('malformed-request', 'The body is not valid JSON.');
+  }
+  validateBody(spec.schema, body, spec.readOnly);
+  return body;
+}
+
+async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<GatewayResponse> {
+  const vary = [...BASE_VARY, ...(ctx.req.headers.authorization !== undefined ? ['Authorization'] : []), ...(outcome.vary ?? [])];
+  const headers: Record<string, string> = {
+    'trace-id': traceId,
+    'cache-control': outcome.cache ?? 'private, no-cache',
+    vary: vary.join(', '),
+    ...outcome.headers,
+  };
+  if (outcome.location) headers.location = outcome.location;
+  if (outcome.body === undefined && outcome.text === undefined) return { status: outcome.status, headers, body: undefined };
+
+  const isRead = ctx.req.method === 'GET' || ctx.req.method === 'HEAD';
+  let tag: string | undefined;
+  if (outcome.tag && outcome.tag !== 'content') {
+    tag = versionTag(outcome.tag.version, outcome.tag.variant, ctx.media, ctx.coding);
+    // The answer is known before any byte is rendered: a matching tag costs no serialization.
+    if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+  }
+  const text = outcome.text ?? JSON.stringify(outcome.body);
+  const { bytes, coding } = await encodeBody(text, ctx.coding);
+  if (outcome.tag === 'content') {
+    tag = contentTag(bytes, ctx.media, coding);
+    if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+  }
+  headers['content-type'] = ctx.media.startsWith('text/') ? `${ctx.media}; charset=utf-8` : ctx.media;
+  if (tag) headers.etag = tag;
+  if (coding !== 'identity') headers['content-encoding'] = coding;
+  return { status: outcome.status, headers, body: bytes };
+}
+
+function notModified(headers: Record<string, string>, tag: string): GatewayResponse {
+  // RFC 9110 §15.4.5: a 304 carries the validators and Cache-Control/Vary of the 200 it stands for.
+  return { status: 304, headers: { ...headers, etag: tag }, body: undefined };
+}

@@ -1,0 +1,29 @@
+// The one place errors become HTTP (STYLE 4): RFC 9457 problem+json with the trace id. An
+// error that is not an ApiError is a bug: it is logged with its stack and answered 500 without
+// any of it (SPEC §7.1 rule 2).
+
+import { ApiError, PROBLEMS } from '../common/errors.js';
+import type { Logger } from '../common/log.js';
+import type { GatewayResponse } from './http-types.js';
+
+export function problemResponse(err: unknown, traceId: string, log: Logger): GatewayResponse {
+  const e = err instanceof ApiError ? err : new ApiError('internal', 'The request could not be completed.');
+  if (!(err instanceof ApiError)) log.error({ err, traceId }, 'unhandled error');
+  const body: Record<string, unknown> = {
+    type: `/problems/${e.slug}`,
+    title: PROBLEMS[e.slug].title,
+    status: e.status,
+    detail: e.detail,
+    traceId,
+    ...e.extra.members,
+  };
+  if (e.extra.errors) body.errors = e.extra.errors;
+  const headers: Record<string, string> = {
+    'content-type': 'application/problem+json',
+    'cache-control': 'no-store',
+    'trace-id': traceId,
+    ...e.extra.headers,
+  };
+  if ((e.status === 429 || e.status === 503) && !headers['retry-after']) headers['retry-after'] = '1';
+  return { status: e.status, headers, body: JSON.stringify(body) };
+}

@@ -1,0 +1,69 @@
+// The tail of the pipeline: entity tags, conditional GET, serialization and compression.
+// A strong ETag is the resource version plus a short hash of the variant (fields, expand,
+// media type, content coding, API version), so a 304 costs no rendering (ARCHITECTURE "Hot
+// paths"); a collection page's tag hashes its bytes.
+
+import { createHash } from 'node:crypto';
+import { brotliCompress, brotliCompressSync, constants, gzip, gzipSync } from 'node:zlib';
+import { promisify } from 'node:util';
+import type { IfMatch } from '../proto/messages.js';
+import type { Coding, MediaType } from './negotiate.js';
+
+const COMPRESS_MIN_BYTES = 1024;
+const SYNC_COMPRESS_MAX_BYTES = 64 * 1024;
+const BROTLI_OPTS = { params: { [constants.BROTLI_PARAM_QUALITY]: 4 } };
+const brotliAsync = promisify(brotliCompress);
+const gzipAsync = promisify(gzip);
+
+const variantCache = new Map<string, string>();
+
+function shortHash(s: string): string {
+  const hit = variantCache.get(s);
+  if (hit) return hit;
+  const h = createHash('sha1').update(s).digest('base64url').slice(0, 10);
+  if (variantCache.size >= 10_000) variantCache.clear();
+  variantCache.set(s, h);
+  return h;
+}
+
+/** `"<version>-<variant hash>"`: strong, and different for every distinct byte sequence. */
+export function versionTag(version: number, variant: string, media: MediaType, coding: Coding): string {
+  return `"${version}-${shortHash(`${variant}|${media}|${coding}`)}"`;
+}
+
+export function contentTag(bytes: Buffer | string, media: MediaType, coding: Coding): string {
+  return `"c-${createHash('sha1').update(bytes).update(`|${media}|${coding}`).digest('base64url').slice(0, 16)}"`;
+}
+
+function splitTags(header: string): string[] {
+  return header.split(',').map((t) => t.trim()).filter(Boolean);
+}
+
+/** RFC 9110 §13.1.2: weak comparison, so W/"x" matches "x". */
+export function noneMatch(header: string | undefined, tag: string): boolean {
+  if (header === undefined) return false;
+  if (header.trim() === '*') return true;
+  return splitTags(header).some((t) => (t.startsWith('W/') ? t.slice(2) : t) === tag);
+}
+
+/** If-Match (RFC 9110 §13.1.1) uses strong comparison: the versions named by our tags. */
+export function parseIfMatch(header: string | undefined): IfMatch {
+  if (header === undefined) return undefined;
+  if (header.trim() === '*') return '*';
+  const versions: number[] = [];
+  for (const t of splitTags(header)) {
+    const m = /^"(\d{1,15})-[A-Za-z0-9_-]+"$/.exec(t);
+    if (m) versions.push(Number(m[1]));
+  }
+  // No tag of ours: nothing can match, and the write is refused with 412.
+  return versions;
+}
+
+export async function encodeBody(body: string, coding: Coding): Promise<{ bytes: Buffer | string; coding: Coding }> {
+  if (coding === 'identity' || Buffer.byteLength(body) < COMPRESS_MIN_BYTES) return { bytes: body, coding: 'identity' };
+  if (body.length <= SYNC_COMPRESS_MAX_BYTES) {
+    return { bytes: coding === 'br' ? brotliCompressSync(body, BROTLI_OPTS) : gzipSync(body), coding };
+  }
+  // Large bodies compress on the libuv pool so one big page does not stall every other request.
+  return { bytes: coding === 'br' ? await brotliAsync(body, BROTLI_OPTS) : await gzipAsync(body), coding };
+}

@@ -1,0 +1,65 @@
+// Schema pieces and renderers every resource module shares.
+
+import { PROBLEMS, type ProblemSlug } from '../../common/errors.js';
+import type { JsonSchema } from '../route.js';
+
+export function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+/** Members the server owns; writing one is 422 "is read-only" (CONTRACT §6). */
+export const READ_ONLY = ['id', 'status', 'total', 'createdAt', 'updatedAt', '_links'];
+
+export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$', description: 'ISO 4217 code.' };
+
+// Member names that would reach Object.prototype if merged naively are refused outright.
+const metadataKey: JsonSchema = { pattern: '^[A-Za-z0-9_.-]{1,40}$', not: { enum: ['__proto__', 'constructor', 'prototype'] } };
+
+export const metadataSchema: JsonSchema = {
+  type: 'object',
+  maxProperties: 50,
+  propertyNames: metadataKey,
+  additionalProperties: { type: 'string', maxLength: 500 },
+  description: 'Up to 50 string values under keys of letters, digits, _ . -',
+};
+
+/** Merge patch of metadata: null clears it, a null value removes one key (RFC 7396). */
+export const metadataPatchSchema: JsonSchema = {
+  type: ['object', 'null'],
+  maxProperties: 50,
+  propertyNames: metadataKey,
+  additionalProperties: { type: ['string', 'null'], maxLength: 500 },
+};
+
+export const linksSchema: JsonSchema = {
+  type: 'object',
+  description: 'HAL links by relation.',
+  additionalProperties: { type: 'object', properties: { href: { type: 'string' }, method: { type: 'string' } }, required: ['href'] },
+};
+
+export function collectionSchema(item: JsonSchema): JsonSchema {
+  return {
+    type: 'object',
+    properties: { data: { type: 'array', items: item }, hasMore: { type: 'boolean' }, _links: linksSchema },
+  };
+}
+
+const SLUG_BY_STATUS: Record<number, ProblemSlug> = {
+  400: 'invalid-parameter',
+  404: 'not-found',
+  409: 'invalid-state',
+  412: 'precondition-failed',
+  413: 'payload-too-large',
+  415: 'unsupported-media-type',
+  422: 'validation-failed',
+};
+
+/** OpenAPI response descriptions for the error statuses a route can answer. */
+export function problemResponses(...statuses: number[]): Record<number, string> {
+  const out: Record<number, string> = {};
+  for (const s of statuses) {
+    const slug = SLUG_BY_STATUS[s];
+    out[s] = slug ? `${PROBLEMS[slug].title} (problem+json).` : 'Problem details.';
+  }
+  return out;
+}

@@ -1,0 +1,454 @@
+// Orders and their line items (CONTRACT §6): the one place to read to understand how an order
+// looks on the wire, which requests change it, and which links it offers.
+
+import { ApiError, type FieldError } from '../../common/errors.js';
+import { newId, parseId, partitionOf } from '../../common/ids.js';
+import type { ItemInput, ItemRecord, OrderInput, OrderPatch, OrderRecord, OrderStatus, ProductRecord } from '../../proto/messages.js';
+import { ORDER_SORTS } from '../../actors/orders.js';
+import {
+  LIST_PARAMS,
+  decodeCursor,
+  encodeCursor,
+  expandParam,
+  fieldsParam,
+  invalidParameter,
+  mergePages,
+  pageHref,
+  parseExpand,
+  parseFields,
+  parseLimit,
+  parseSort,
+  project,
+  sortParam,
+  variantOf,
+} from '../collection.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
+import { iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, collectionSchema, linksSchema, problemResponses } from './common.js';
+import { fetchProducts, renderProduct } from './products.js';
+
+const BASE = '/v1/orders';
+export const ORDER_FIELDS = ['id', 'status', 'currency', 'total', 'customerId', 'note', 'metadata', 'createdAt', 'updatedAt'] as const;
+export const ORDER_EXPANDS = ['items', 'items.product'] as const;
+const ITEM_FIELDS = ['id', 'orderId', 'productId', 'quantity', 'unitPrice', 'createdAt', 'updatedAt'] as const;
+const STATUSES: OrderStatus[] = ['pending', 'paid', 'cancelled', 'refunded'];
+const MAX_ITEMS_ON_CREATE = 100;
+
+// ---- schemas: they validate requests and document the API (gateway/openapi.ts) ----
+
+const nullableString = (max: number): JsonSchema => ({ type: ['string', 'null'], minLength: 1, maxLength: max });
+
+const itemInputSchema: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['productId', 'quantity'],
+  properties: {
+    productId: { type: 'string', minLength: 1, maxLength: 64 },
+    quantity: { type: 'integer', minimum: 1, maximum: 10_000 },
+    unitPrice: { type: 'integer', minimum: 0, maximum: 1_000_000_000, description: 'Minor units; defaults to the product price.' },
+  },
+};
+
+const orderWritable = {
+  currency: currencySchema,
+  customerId: nullableString(255),
+  note: { type: ['string', 'null'], maxLength: 2000 },
+  metadata: metadataSchema,
+};
+
+const createSchema: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['currency'],
+  properties: { ...orderWritable, items: { type: 'array', maxItems: MAX_ITEMS_ON_CREATE, items: itemInputSchema } },
+};
+
+const replaceSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['currency'], properties: orderWritable };
+
+const patchSchema: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { ...orderWritable, metadata: metadataPatchSchema },
+};
+
+const emptySchema: JsonSchema = { type: 'object', additionalProperties: false, maxProperties: 0 };
+
+const itemSchema: JsonSchema = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    orderId: { type: 'string' },
+    productId: { type: 'string' },
+    quantity: { type: 'integer' },
+    unitPrice: { type: 'integer' },
+    product: { type: ['object', 'null'], description: 'With expand=items.product.' },
+    createdAt: { type: 'string', format: 'date-time' },
+    updatedAt: { type: 'string', format: 'date-time' },
+    _links: linksSchema,
+  },
+};
+
+const orderSchema: JsonSchema = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', examples: ['ord_3f0a1b2c3d4e5f6g7h8i9j'] },
+    status: { type: 'string', enum: STATUSES },
+    currency: currencySchema,
+    total: { type: 'integer', description: 'Sum of the items in minor units; read-only.' },
+    customerId: nullableString(255),
+    note: { type: ['string', 'null'] },
+    metadata: metadataSchema,
+    items: { type: 'array', items: itemSchema, description: 'With expand=items.' },
+    createdAt: { type: 'string', format: 'date-time' },
+    updatedAt: { type: 'string', format: 'date-time' },
+    _links: linksSchema,
+  },
+};
+
+// ---- rendering ----
+
+function orderLinks(o: OrderRecord): Record<string, { href: string; method?: string }> {
+  const self = `${BASE}/${o.id}`;
+  const links: Record<string, { href: string; method?: string }> = { self: { href: self }, items: { href: `${self}/items` } };
+  if (o.status === 'pending') links.cancel = { href: `${self}/cancel`, method: 'POST' };
+  if (o.status === 'pending' && o.total > 0) links.pay = { href: `${self}/pay`, method: 'POST' };
+  return links;
+}
+
+function renderItem(orderId: string, i: ItemRecord, products: Map<string, ProductRecord> | undefined): Record<string, unknown> {
+  const rep: Record<string, unknown> = {
+    id: i.id,
+    orderId,
+    productId: i.productId,
+    quantity: i.quantity,
+    unitPrice: i.unitPrice,
+    createdAt: iso(i.createdAt),
+    updatedAt: iso(i.updatedAt),
+  };
+  if (products) {
+    const p = products.get(i.productId);
+    rep.product = p ? renderProduct(p) : null;
+  }
+  rep._links = { self: { href: `${BASE}/${orderId}/items/${i.id}` }, order: { href: `${BASE}/${orderId}` }, product: { href: `/v1/products/${i.productId}` } };
+  return rep;
+}
+
+function renderOrder(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined): Record<string, unknown> {
+  const rep: Record<string, unknown> = {
+    id: o.id,
+    status: o.status,
+    currency: o.currency,
+    total: o.total,
+    customerId: o.customerId,
+    note: o.note,
+    metadata: o.metadata,
+    createdAt: iso(o.createdAt),
+    updatedAt: iso(o.updatedAt),
+  };
+  if (expand.has('items')) rep.items = o.items.map((i) => renderItem(o.id, i, products));
+  rep._links = orderLinks(o);
+  return project(rep, fields, expand);
+}
+
+/** Products embedded by expand=items.product; their versions join the ETag variant. */
+async function expansionProducts(ctx: Ctx, orders: OrderRecord[], expand: Set<string>): Promise<{ products: Map<string, ProductRecord> | undefined; variant: string }> {
+  if (!expand.has('items.product')) return { products: undefined, variant: '' };
+  const ids = new Set(orders.flatMap((o) => o.items.map((i) => i.productId)));
+  const products = await fetchProducts(ctx, ids);
+  const variant = [...ids].sort().map((id) => `${id}@${products.get(id)?.version ?? 0}`).join(',');
+  return { products, variant };
+}
+
+// ---- request helpers ----
+
+function orderIdOf(ctx: Ctx): string {
+  const id = parseId('order', ctx.params.orderId ?? '');
+  if (!id) throw new ApiError('not-found', 'No order with that id.');
+  return id;
+}
+
+function target(ctx: Ctx, id: string): { tenant: string; partition: number; id: string } {
+  return { tenant: principalOf(ctx).tenant, partition: partitionOf(id), id };
+}
+
+function orderOutcome(ctx: Ctx, o: OrderRecord, status = 200, location?: string): Outcome {
+  const out: Outcome = { status, body: renderOrder(o, undefined, new Set(), undefined), tag: { version: o.version, variant: variantOf(undefined, new Set()) } };
+  if (location) out.location = location;
+  return out;
+}
+
+function inputOf(body: Record<string, unknown>): OrderInput {
+  return {
+    currency: body.currency as string,
+    customerId: (body.customerId as string | null | undefined) ?? null,
+    note: (body.note as string | null | undefined) ?? null,
+    metadata: (body.metadata as Record<string, string> | undefined) ?? {},
+  };
+}
+
+/**
+ * Turns item requests into priced items: every product must exist in the caller's tenant, and
+ * a missing unitPrice takes the product's price, which must then be in the order's currency.
+ */
+async function priceItems(ctx: Ctx, orderId: string, currency: string, raw: Record<string, unknown>[], pointer: (i: number) => string): Promise<ItemInput[]> {
+  const ids = new Set<string>();
+  for (const r of raw) if (parseId('product', r.productId as string)) ids.add(r.productId as string);
+  const products = await fetchProducts(ctx, ids);
+  const errors: FieldError[] = [];
+  const items: ItemInput[] = [];
+  raw.forEach((r, i) => {
+    const productId = r.productId as string;
+    const product = products.get(productId);
+    if (!product) {
+      errors.push({ pointer: `${pointer(i)}/productId`, detail: 'names no product' });
+      return;
+    }
+    let unitPrice = r.unitPrice as number | undefined;
+    if (unitPrice === undefined) {
+      if (product.currency !== currency) {
+        errors.push({ pointer: `${pointer(i)}/unitPrice`, detail: `is required: the product is priced in ${product.currency}, the order in ${currency}` });
+        return;
+      }
+      unitPrice = product.price;
+    }
+    items.push({ id: newId('item', partitionOf(orderId)), productId, quantity: r.quantity as number, unitPrice });
+  });
+  if (errors.length) throw new ApiError('validation-failed', 'Some items cannot be priced.', { errors });
+  return items;
+}
+
+// ---- routes ----
+
+const actionResponses = { 200: 'The order after the action.', ...problemResponses(404, 409, 412) };
+
+function action(kind: 'order.pay' | 'order.cancel', verb: string): RouteDef {
+  return route({
+    method: 'POST',
+    path: `${BASE}/{orderId}/${verb}`,
+    operationId: `${verb}Order`,
+    summary: `${verb[0]!.toUpperCase()}${verb.slice(1)} an order (offered while the order's \`${verb}\` link is present).`,
+    tag: 'orders',
+    scope: 'orders:write',
+    body: { schema: emptySchema, required: false },
+    responses: actionResponses,
+    response: orderSchema,
+    async handle(ctx) {
+      const id = orderIdOf(ctx);
+      return orderOutcome(ctx, await ctx.bus.call({ kind, ...target(ctx, id), ifMatch: ctx.ifMatch }));
+    },
+  });
+}
+
+export const orderRoutes: RouteDef[] = [
+  route({
+    method: 'GET',
+    path: BASE,
+    operationId: 'listOrders',
+    summary: 'List orders, newest first by default.',
+    tag: 'orders',
+    scope: 'orders:read',
+    query: {
+      status: { description: 'Only orders in this status.', schema: { type: 'string', enum: STATUSES } },
+      sort: sortParam(ORDER_SORTS, '-createdAt'),
+      fields: fieldsParam(ORDER_FIELDS),
+      expand: expandParam(ORDER_EXPANDS),
+      ...LIST_PARAMS,
+    },
+    responses: { 200: 'A page of orders.', ...problemResponses(400) },
+    response: collectionSchema(orderSchema),
+    async handle(ctx) {
+      const tenant = principalOf(ctx).tenant;
+      const status = ctx.query.get('status') ?? undefined;
+      if (status !== undefined && !STATUSES.includes(status as OrderStatus)) throw invalidParameter('status', `must be one of ${STATUSES.join(', ')}`);
+      const { sort, dir } = parseSort(ctx.query, ORDER_SORTS, '-createdAt');
+      const limit = parseLimit(ctx.query);
+      const fields = parseFields(ctx.query, ORDER_FIELDS);
+      const expand = parseExpand(ctx.query, ORDER_EXPANDS);
+      const filterKey = `status=${status ?? ''}`;
+      const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
+      const after = decodeCursor(ctx.query, filterKey, sortKey);
+      const pages = await ctx.bus.gather({ kind: 'order.list', query: { tenant, filter: status, sort, dir, after, limit } });
+      const { rows, hasMore } = mergePages(pages, dir, limit);
+      const orders = rows.map((r) => r.record);
+      const { products } = await expansionProducts(ctx, orders, expand);
+      const last = rows[rows.length - 1];
+      const links: Record<string, { href: string }> = { self: { href: pageHref(BASE, ctx.query, ctx.query.get('cursor') ?? undefined) } };
+      if (hasMore && last) links.next = { href: pageHref(BASE, ctx.query, encodeCursor(filterKey, sortKey, last.v, last.record.id)) };
+      return {
+        status: 200,
+        body: { data: orders.map((o) => renderOrder(o, fields, expand, products)), hasMore, _links: links },
+        tag: 'content',
+      };
+    },
+  }),
+
+  route({
+    method: 'POST',
+    path: BASE,
+    operationId: 'createOrder',
+    summary: 'Create an order, optionally with its first items.',
+    tag: 'orders',
+    scope: 'orders:write',
+    body: { schema: createSchema, readOnly: READ_ONLY },
+    responses: { 201: 'The new order; Location names it.', ...problemResponses(400, 415, 422) },
+    response: orderSchema,
+    async handle(ctx) {
+      const body = ctx.body as Record<string, unknown>;
+      const id = newId('order');
+      const input = inputOf(body);
+      const items = await priceItems(ctx, id, input.currency, (body.items as Record<string, unknown>[] | undefined) ?? [], (i) => `/items/${i}`);
+      const order = await ctx.bus.call({ kind: 'order.create', tenant: principalOf(ctx).tenant, partition: partitionOf(id), id, input, items });
+      return orderOutcome(ctx, order, 201, `${BASE}/${id}`);
+    },
+  }),
+
+  route({
+    method: 'GET',
+    path: `${BASE}/{orderId}`,
+    operationId: 'getOrder',
+    summary: 'Read an order. Send If-None-Match to revalidate.',
+    tag: 'orders',
+    scope: 'orders:read',
+    query: { fields: fieldsParam(ORDER_FIELDS), expand: expandParam(ORDER_EXPANDS) },
+    responses: { 200: 'The order.', 304: 'The tag in If-None-Match is current.', ...problemResponses(400, 404) },
+    response: orderSchema,
+    async handle(ctx) {
+      const fields = parseFields(ctx.query, ORDER_FIELDS);
+      const expand = parseExpand(ctx.query, ORDER_EXPANDS);
+      const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, orderIdOf(ctx)) });
+      const { products, variant } = await expansionProducts(ctx, [order], expand);
+      return { status: 200, body: renderOrder(order, fields, expand, products), tag: { version: order.version, variant: variantOf(fields, expand, variant) } };
+    },
+  }),
+
+  route({
+    method: 'PUT',
+    path: `${BASE}/{orderId}`,
+    operationId: 'replaceOrder',
+    summary: 'Replace every writable member of an order (omitted optional members are cleared). Send If-Match to guard against lost updates.',
+    tag: 'orders',
+    scope: 'orders:write',
+    body: { schema: replaceSchema, readOnly: [...READ_ONLY, 'items'] },
+    responses: { 200: 'The replaced order.', ...problemResponses(404, 409, 412, 415, 422) },
+    response: orderSchema,
+    async handle(ctx) {
+      const input = inputOf(ctx.body as Record<string, unknown>);
+      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.replace', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, input }));
+    },
+  }),
+
+  route({
+    method: 'PATCH',
+    path: `${BASE}/{orderId}`,
+    operationId: 'updateOrder',
+    summary: 'Change some members of an order with a JSON Merge Patch (RFC 7396). Send If-Match to guard against lost updates.',
+    tag: 'orders',
+    scope: 'orders:write',
+    body: { schema: patchSchema, readOnly: [...READ_ONLY, 'items'], mediaTypes: ['application/merge-patch+json', 'application/json'] },
+    responses: { 200: 'The updated order.', ...problemResponses(404, 409, 412, 415, 422) },
+    response: orderSchema,
+    async handle(ctx) {
+      const patch = ctx.body as OrderPatch;
+      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.patch', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, patch }));
+    },
+  }),
+
+  route({
+    method: 'DELETE',
+    path: `${BASE}/{orderId}`,
+    operationId: 'deleteOrder',
+    summary: 'Delete a pending or cancelled order. A repeated call answers 404.',
+    tag: 'orders',
+    scope: 'orders:write',
+    responses: { 204: 'Deleted.', ...problemResponses(404, 409, 412) },
+    async handle(ctx) {
+      await ctx.bus.call({ kind: 'order.delete', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch });
+      return { status: 204, cache: 'no-store' };
+    },
+  }),
+
+  action('order.pay', 'pay'),
+  action('order.cancel', 'cancel'),
+
+  route({
+    method: 'GET',
+    path: `${BASE}/{orderId}/items`,
+    operationId: 'listOrderItems',
+    summary: 'List the line items of an order in the order they were added.',
+    tag: 'orders',
+    scope: 'orders:read',
+    query: { fields: fieldsParam(ITEM_FIELDS), ...LIST_PARAMS },
+    responses: { 200: 'A page of line items.', ...problemResponses(400, 404) },
+    response: collectionSchema(itemSchema),
+    async handle(ctx) {
+      const id = orderIdOf(ctx);
+      const fields = parseFields(ctx.query, ITEM_FIELDS);
+      const limit = parseLimit(ctx.query);
+      const after = decodeCursor(ctx.query, id, 'added');
+      const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, id) });
+      const start = after ? order.items.findIndex((i) => i.id === after.id) + 1 : 0;
+      if (after && start === 0) throw invalidParameter('cursor', 'names an item that is gone');
+      const page = order.items.slice(start, start + limit);
+      const hasMore = start + limit < order.items.length;
+      const path = `${BASE}/${id}/items`;
+      const links: Record<string, { href: string }> = { self: { href: pageHref(path, ctx.query, ctx.query.get('cursor') ?? undefined) } };
+      const last = page[page.length - 1];
+      if (hasMore && last) links.next = { href: pageHref(path, ctx.query, encodeCursor(id, 'added', start + page.length, last.id)) };
+      return {
+        status: 200,
+        body: { data: page.map((i) => project(renderItem(id, i, undefined), fields, new Set())), hasMore, _links: links },
+        tag: { version: order.version, variant: `items;${variantOf(fields, new Set(), `s=${start};l=${limit}`)}` },
+      };
+    },
+  }),
+
+  route({
+    method: 'POST',
+    path: `${BASE}/{orderId}/items`,
+    operationId: 'addOrderItem',
+    summary: 'Add a line item to a pending order.',
+    tag: 'orders',
+    scope: 'orders:write',
+    body: { schema: itemInputSchema, readOnly: ['id', 'orderId', 'createdAt', 'updatedAt', '_links'] },
+    responses: { 201: 'The new line item; Location names it.', ...problemResponses(404, 409, 412, 415, 422) },
+    response: itemSchema,
+    async handle(ctx) {
+      const id = orderIdOf(ctx);
+      const t = target(ctx, id);
+      // The item's price needs the order's currency; the actor re-checks the state in its turn.
+      const current = await ctx.bus.call({ kind: 'order.get', ...t });
+      const [item] = await priceItems(ctx, id, current.currency, [ctx.body as Record<string, unknown>], () => '');
+      const order = await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item! });
+      const stored = order.items.find((i) => i.id === item!.id)!;
+      return {
+        status: 201,
+        body: renderItem(id, stored, undefined),
+        tag: { version: order.version, variant: `item:${stored.id};${variantOf(undefined, new Set())}` },
+        location: `${BASE}/${id}/items/${stored.id}`,
+      };
+    },
+  }),
+
+  route({
+    method: 'GET',
+    path: `${BASE}/{orderId}/items/{itemId}`,
+    operationId: 'getOrderItem',
+    summary: 'Read one line item.',
+    tag: 'orders',
+    scope: 'orders:read',
+    query: { fields: fieldsParam(ITEM_FIELDS) },
+    responses: { 200: 'The line item.', 304: 'The tag in If-None-Match is current.', ...problemResponses(404) },
+    response: itemSchema,
+    async handle(ctx) {
+      const id = orderIdOf(ctx);
+      const fields = parseFields(ctx.query, ITEM_FIELDS);
+      const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, id) });
+      const item = order.items.find((i) => i.id === ctx.params.itemId);
+      if (!item) throw new ApiError('not-found', 'No line item with that id in this order.');
+      return {
+        status: 200,
+        body: project(renderItem(id, item, undefined), fields, new Set()),
+        tag: { version: order.version, variant: `item:${item.id};${variantOf(fields, new Set())}` },
+      };
+    },
+  }),
+];

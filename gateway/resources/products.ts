@@ -1,0 +1,181 @@
+// Products: catalogue entries whose price is the default unit price of new line items.
+
+import { ApiError } from '../../common/errors.js';
+import { newId, parseId, partitionOf } from '../../common/ids.js';
+import type { ProductPatch, ProductRecord } from '../../proto/messages.js';
+import { PRODUCT_SORTS } from '../../actors/products.js';
+import {
+  LIST_PARAMS,
+  decodeCursor,
+  encodeCursor,
+  fieldsParam,
+  mergePages,
+  pageHref,
+  parseFields,
+  parseLimit,
+  parseSort,
+  project,
+  sortParam,
+  variantOf,
+} from '../collection.js';
+import { type Ctx, type JsonSchema, type RouteDef, principalOf, route } from '../route.js';
+import { collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY } from './common.js';
+
+const BASE = '/v1/products';
+const PRODUCT_FIELDS = ['id', 'name', 'price', 'currency', 'createdAt', 'updatedAt'] as const;
+
+const writable = {
+  name: { type: 'string', minLength: 1, maxLength: 200 },
+  price: { type: 'integer', minimum: 0, maximum: 1_000_000_000, description: 'Minor units of currency.' },
+  currency: currencySchema,
+};
+
+const createSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['name', 'price', 'currency'], properties: writable };
+const patchSchema: JsonSchema = { type: 'object', additionalProperties: false, properties: writable };
+
+const productSchema: JsonSchema = {
+  type: 'object',
+  properties: { id: { type: 'string' }, ...writable, createdAt: { type: 'string', format: 'date-time' }, updatedAt: { type: 'string', format: 'date-time' }, _links: linksSchema },
+};
+
+export function renderProduct(p: ProductRecord): Record<string, unknown> {
+  return {
+    id: p.id,
+    name: p.name,
+    price: p.price,
+    currency: p.currency,
+    createdAt: iso(p.createdAt),
+    updatedAt: iso(p.updatedAt),
+    _links: { self: { href: `${BASE}/${p.id}` } },
+  };
+}
+
+/** The caller's products among `ids`; ids that are malformed or absent are simply missing. */
+export async function fetchProducts(ctx: Ctx, ids: Iterable<string>): Promise<Map<string, ProductRecord>> {
+  const tenant = principalOf(ctx).tenant;
+  const found = new Map<string, ProductRecord>();
+  await Promise.all(
+    [...ids].map(async (raw) => {
+      const id = parseId('product', raw);
+      if (!id) return;
+      try {
+        found.set(id, await ctx.bus.call({ kind: 'product.get', tenant, partition: partitionOf(id), id }));
+      } catch (err) {
+        if (!(err instanceof ApiError && err.slug === 'not-found')) throw err;
+      }
+    }),
+  );
+  return found;
+}
+
+function productIdOf(ctx: Ctx): string {
+  const id = parseId('product', ctx.params.productId ?? '');
+  if (!id) throw new ApiError('not-found', 'No product with that id.');
+  return id;
+}
+
+function target(ctx: Ctx, id: string): { tenant: string; partition: number; id: string } {
+  return { tenant: principalOf(ctx).tenant, partition: partitionOf(id), id };
+}
+
+function outcome(p: ProductRecord, status = 200, location?: string) {
+  return { status, body: renderProduct(p), tag: { version: p.version, variant: variantOf(undefined, new Set()) }, ...(location ? { location } : {}) };
+}
+
+export const productRoutes: RouteDef[] = [
+  route({
+    method: 'GET',
+    path: BASE,
+    operationId: 'listProducts',
+    summary: 'List products.',
+    tag: 'products',
+    scope: 'products:read',
+    query: { sort: sortParam(PRODUCT_SORTS, '-createdAt'), fields: fieldsParam(PRODUCT_FIELDS), ...LIST_PARAMS },
+    responses: { 200: 'A page of products.', ...problemResponses(400) },
+    response: collectionSchema(productSchema),
+    async handle(ctx) {
+      const tenant = principalOf(ctx).tenant;
+      const { sort, dir } = parseSort(ctx.query, PRODUCT_SORTS, '-createdAt');
+      const limit = parseLimit(ctx.query);
+      const fields = parseFields(ctx.query, PRODUCT_FIELDS);
+      const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
+      const after = decodeCursor(ctx.query, '', sortKey);
+      const pages = await ctx.bus.gather({ kind: 'product.list', query: { tenant, filter: undefined, sort, dir, after, limit } });
+      const { rows, hasMore } = mergePages(pages, dir, limit);
+      const last = rows[rows.length - 1];
+      const links: Record<string, { href: string }> = { self: { href: pageHref(BASE, ctx.query, ctx.query.get('cursor') ?? undefined) } };
+      if (hasMore && last) links.next = { href: pageHref(BASE, ctx.query, encodeCursor('', sortKey, last.v, last.record.id)) };
+      return { status: 200, body: { data: rows.map((r) => project(renderProduct(r.record), fields, new Set())), hasMore, _links: links }, tag: 'content' };
+    },
+  }),
+
+  route({
+    method: 'POST',
+    path: BASE,
+    operationId: 'createProduct',
+    summary: 'Create a product.',
+    tag: 'products',
+    scope: 'products:write',
+    body: { schema: createSchema, readOnly: READ_ONLY },
+    responses: { 201: 'The new product; Location names it.', ...problemResponses(415, 422) },
+    response: productSchema,
+    async handle(ctx) {
+      const body = ctx.body as { name: string; price: number; currency: string };
+      const id = newId('product');
+      const p = await ctx.bus.call({
+        kind: 'product.create',
+        tenant: principalOf(ctx).tenant,
+        partition: partitionOf(id),
+        id,
+        input: { name: body.name, price: body.price, currency: body.currency },
+      });
+      return outcome(p, 201, `${BASE}/${id}`);
+    },
+  }),
+
+  route({
+    method: 'GET',
+    path: `${BASE}/{productId}`,
+    operationId: 'getProduct',
+    summary: 'Read a product.',
+    tag: 'products',
+    scope: 'products:read',
+    query: { fields: fieldsParam(PRODUCT_FIELDS) },
+    responses: { 200: 'The product.', 304: 'The tag in If-None-Match is current.', ...problemResponses(400, 404) },
+    response: productSchema,
+    async handle(ctx) {
+      const fields = parseFields(ctx.query, PRODUCT_FIELDS);
+      const p = await ctx.bus.call({ kind: 'product.get', ...target(ctx, productIdOf(ctx)) });
+      return { status: 200, body: project(renderProduct(p), fields, new Set()), tag: { version: p.version, variant: variantOf(fields, new Set()) } };
+    },
+  }),
+
+  route({
+    method: 'PATCH',
+    path: `${BASE}/{productId}`,
+    operationId: 'updateProduct',
+    summary: 'Change some members of a product (JSON Merge Patch).',
+    tag: 'products',
+    scope: 'products:write',
+    body: { schema: patchSchema, readOnly: READ_ONLY, mediaTypes: ['application/merge-patch+json', 'application/json'] },
+    responses: { 200: 'The updated product.', ...problemResponses(404, 412, 415, 422) },
+    response: productSchema,
+    async handle(ctx) {
+      return outcome(await ctx.bus.call({ kind: 'product.patch', ...target(ctx, productIdOf(ctx)), ifMatch: ctx.ifMatch, patch: ctx.body as ProductPatch }));
+    },
+  }),
+
+  route({
+    method: 'DELETE',
+    path: `${BASE}/{productId}`,
+    operationId: 'deleteProduct',
+    summary: 'Delete a product. Existing line items keep their price.',
+    tag: 'products',
+    scope: 'products:write',
+    responses: { 204: 'Deleted.', ...problemResponses(404, 412) },
+    async handle(ctx) {
+      await ctx.bus.call({ kind: 'product.delete', ...target(ctx, productIdOf(ctx)), ifMatch: ctx.ifMatch });
+      return { status: 204, cache: 'no-store' };
+    },
+  }),
+];

@@ -1,0 +1,82 @@
+// A route is one declaration: its path, scope, query parameters, body schema and handler. The
+// router, request validation and the OpenAPI document are all built from these (STYLE 1).
+
+import type { Config } from '../common/config.js';
+import type { Principal } from './auth.js';
+import type { BusClient } from './bus-client.js';
+import type { GatewayRequest } from './http-types.js';
+import type { Coding, MediaType } from './negotiate.js';
+import type { Method } from './router.js';
+import type { IfMatch } from '../proto/messages.js';
+
+export type JsonSchema = Record<string, unknown>;
+
+export interface QueryParam {
+  description: string;
+  schema: JsonSchema;
+}
+
+export interface Ctx {
+  req: GatewayRequest;
+  params: Record<string, string>;
+  query: URLSearchParams;
+  body: unknown;
+  principal: Principal | undefined;
+  traceId: string;
+  media: MediaType;
+  coding: Coding;
+  ifMatch: IfMatch;
+  bus: BusClient;
+  config: Config;
+}
+
+export interface Outcome {
+  status: number;
+  /** A JSON value, rendered in the negotiated media type. */
+  body?: unknown;
+  /** Already-rendered text (documentation pages), sent in the negotiated media type. */
+  text?: string;
+  /** version: a strong tag from the resource version and this variant; content: hash of the bytes. */
+  tag?: { version: number; variant: string } | 'content';
+  location?: string;
+  /** Cache-Control; defaults to `private, no-cache` (CONTRACT §5). */
+  cache?: string;
+  /** Request headers beside the defaults that shaped this answer. */
+  vary?: string[];
+  headers?: Record<string, string>;
+}
+
+export interface RouteDef {
+  method: Method;
+  path: string;
+  operationId: string;
+  summary: string;
+  tag: string;
+  /** Scope the caller needs; undefined means anyone may call it, token or not. */
+  scope: string | undefined;
+  query?: Record<string, QueryParam>;
+  body?: {
+    schema: JsonSchema;
+    /** Members a client may read but never write: named as read-only in a 422. */
+    readOnly?: string[];
+    mediaTypes?: string[];
+    /** When false, an empty body is accepted and `ctx.body` is undefined. */
+    required?: boolean;
+  };
+  responses: Record<number, string>;
+  /** Media types the route can answer with; defaults to JSON and HAL+JSON. */
+  produces?: readonly string[];
+  /** Response schema for the OpenAPI document (the 2xx body). */
+  response?: JsonSchema;
+  handle(ctx: Ctx): Promise<Outcome>;
+}
+
+export function route(def: RouteDef): RouteDef {
+  return def;
+}
+
+export function principalOf(ctx: Ctx): Principal {
+  // The pipeline authorizes before the handler runs, so a route with a scope always has one.
+  if (!ctx.principal) throw new Error('route with a scope reached without a principal');
+  return ctx.principal;
+}

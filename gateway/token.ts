@@ -1,0 +1,24 @@
+// `npm run token -- --scope "orders:read orders:write" [--tenant t1] [--sub u1] [--expires-in 30d]`
+// prints a bearer token signed with the service's secret (CONTRACT §1).
+
+import { parseArgs } from 'node:util';
+import { loadConfig } from '../common/config.js';
+import { jwtSecret } from '../common/secret.js';
+import { mintToken } from './auth.js';
+
+const { values } = parseArgs({
+  options: {
+    scope: { type: 'string' },
+    tenant: { type: 'string' },
+    sub: { type: 'string', default: 'dev-user' },
+    'expires-in': { type: 'string', default: '30d' },
+  },
+});
+if (!values.scope) {
+  process.stderr.write('usage: npm run token -- --scope "orders:read orders:write" [--tenant t1] [--sub u1] [--expires-in 30d]\n');
+  process.exit(2);
+}
+const config = loadConfig();
+const claims: { sub: string; scope: string; tenant?: string } = { sub: values.sub!, scope: values.scope };
+if (values.tenant) claims.tenant = values.tenant;
+process.stdout.write(`${await mintToken(jwtSecret(config.jwtSecret, config.dataDir), claims, values['expires-in'])}\n`);

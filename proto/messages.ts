@@ -1,0 +1,155 @@
+// Message contracts between gateway and actors. These shapes cross the bus as plain objects
+// (in-process) or msgpackr (NATS), so they hold only data: no class instances, no functions.
+// Every command names the partition that owns its key; the bus routes on it alone.
+
+import type { WireError } from '../common/errors.js';
+
+// ---- records: the actor state as stored, rendered by the gateway per API version ----
+
+export type OrderStatus = 'pending' | 'paid' | 'cancelled' | 'refunded';
+
+export interface ItemRecord {
+  id: string;
+  productId: string;
+  quantity: number;
+  /** Integer minor units of the order's currency. */
+  unitPrice: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface OrderRecord {
+  id: string;
+  tenant: string;
+  /** Bumped on every change to the order or its items; the ETag is built from it. */
+  version: number;
+  status: OrderStatus;
+  currency: string;
+  customerId: string | null;
+  note: string | null;
+  metadata: Record<string, string>;
+  items: ItemRecord[];
+  /** Sum of quantity × unitPrice over items, kept with the record so it can be indexed. */
+  total: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface ProductRecord {
+  id: string;
+  tenant: string;
+  version: number;
+  name: string;
+  price: number;
+  currency: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+// ---- inputs: what the gateway has already validated against the JSON Schemas ----
+
+export interface ItemInput {
+  id: string;
+  productId: string;
+  quantity: number;
+  unitPrice: number;
+}
+
+export interface OrderInput {
+  currency: string;
+  customerId: string | null;
+  note: string | null;
+  metadata: Record<string, string>;
+}
+
+/** JSON Merge Patch (RFC 7396) of the writable members; null removes (sets to null). */
+export interface OrderPatch {
+  currency?: string;
+  customerId?: string | null;
+  note?: string | null;
+  metadata?: Record<string, string | null> | null;
+}
+
+export interface ProductInput {
+  name: string;
+  price: number;
+  currency: string;
+}
+
+export interface ProductPatch {
+  name?: string;
+  price?: number;
+  currency?: string;
+}
+
+/** Versions the client's If-Match names; '*' matches any existing record. */
+export type IfMatch = number[] | '*' | undefined;
+
+export type SortDir = 'asc' | 'desc';
+
+export interface ListQuery {
+  tenant: string;
+  /** Secondary-index filter value, or undefined for all. */
+  filter: string | undefined;
+  sort: string;
+  dir: SortDir;
+  /** Keyset position: the last (sort value, id) the client saw. */
+  after: { v: number | string; id: string } | undefined;
+  limit: number;
+}
+
+interface Base {
+  tenant: string;
+  partition: number;
+}
+
+export type Command =
+  | (Base & { kind: 'order.create'; id: string; input: OrderInput; items: ItemInput[] })
+  | (Base & { kind: 'order.get'; id: string })
+  | (Base & { kind: 'order.replace'; id: string; ifMatch: IfMatch; input: OrderInput })
+  | (Base & { kind: 'order.patch'; id: string; ifMatch: IfMatch; patch: OrderPatch })
+  | (Base & { kind: 'order.delete'; id: string; ifMatch: IfMatch })
+  | (Base & { kind: 'order.pay'; id: string; ifMatch: IfMatch })
+  | (Base & { kind: 'order.cancel'; id: string; ifMatch: IfMatch })
+  | (Base & { kind: 'order.addItem'; id: string; ifMatch: IfMatch; item: ItemInput })
+  | (Base & { kind: 'product.create'; id: string; input: ProductInput })
+  | (Base & { kind: 'product.get'; id: string })
+  | (Base & { kind: 'product.patch'; id: string; ifMatch: IfMatch; patch: ProductPatch })
+  | (Base & { kind: 'product.delete'; id: string; ifMatch: IfMatch });
+
+/** List queries go to every owner node (scatter), each answering for the partitions it owns. */
+export type Query =
+  | { kind: 'order.list'; query: ListQuery }
+  | { kind: 'product.list'; query: ListQuery };
+
+export interface ReplyMap {
+  'order.create': OrderRecord;
+  'order.get': OrderRecord;
+  'order.replace': OrderRecord;
+  'order.patch': OrderRecord;
+  'order.delete': null;
+  'order.pay': OrderRecord;
+  'order.cancel': OrderRecord;
+  'order.addItem': OrderRecord;
+  'product.create': ProductRecord;
+  'product.get': ProductRecord;
+  'product.patch': ProductRecord;
+  'product.delete': null;
+  'order.list': ListPage<OrderRecord>;
+  'product.list': ListPage<ProductRecord>;
+}
+
+/** One node's slice of a list: up to limit+1 records in index order, each with its sort value. */
+export interface ListPage<T> {
+  rows: { v: number | string; record: T }[];
+}
+
+export type Result<T> = { ok: true; value: T } | { ok: false; error: WireError };
+
+export type Kind = Command['kind'] | Query['kind'];
+export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
+export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
+
+export function assertNever(x: never): never {
+  throw new Error(`unhandled message kind: ${JSON.stringify(x)}`);
+}

@@ -1,0 +1,140 @@
+// Everything that touches LMDB lives here (STYLE 7). A record table keeps records by id; the
+// index table keeps secondary-index keys (tenant, filter, sort key, id) that lists scan in key
+// order. A write puts the record, swaps its index keys and (later) appends to the outbox inside
+// ONE transaction, and its promise settles only once that transaction is flushed to disk
+// (ARCHITECTURE properties 2 and 3).
+
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { open, type Database, type Key, type RootDatabase } from 'lmdb';
+
+export type IndexKey = (string | number)[];
+
+export interface TableSpec<T> {
+  name: string;
+  /** Every index key the record should have; recomputed and diffed on each write. */
+  indexKeys(record: T): IndexKey[];
+}
+
+export interface Write<T> {
+  table: Table<T>;
+  id: string;
+  /** The record as it was before this write (undefined: it did not exist). */
+  before: T | undefined;
+  /** The record after this write (undefined: delete it). */
+  after: T | undefined;
+}
+
+export interface RangeQuery {
+  prefix: IndexKey;
+  /** Exclusive keyset position inside the prefix: [sortValue, id]. */
+  after: [number | string, string] | undefined;
+  reverse: boolean;
+  limit: number;
+}
+
+// Above every number and every string we store: ordered-binary sorts numbers before strings.
+const HIGH = '\uffff';
+
+export class Table<T> {
+  constructor(
+    readonly spec: TableSpec<T>,
+    readonly db: Database<T, string>,
+  ) {}
+
+  get(id: string): T | undefined {
+    return this.db.get(id);
+  }
+}
+
+export class Store {
+  private readonly tables = new Map<string, Table<unknown>>();
+  private readonly index: Database<number, Key>;
+  private closed = false;
+
+  private constructor(private readonly root: RootDatabase) {
+    this.index = root.openDB<number, Key>({ name: 'index' });
+  }
+
+  /** Opens (or creates) the node's state file inside `dir`. */
+  static open(dir: string): Store {
+    mkdirSync(dir, { recursive: true });
+    const root = open({
+      path: join(dir, 'state.mdb'),
+      // Records share msgpack structures so repeated member names cost nothing on disk.
+      sharedStructuresKey: Symbol.for('structures'),
+      maxDbs: 32,
+      // Durability is required: never noSync. overlappingSync (the default on Linux) lets the
+      // next transaction start while the previous one flushes; we await `flushed` before acking.
+    });
+    return new Store(root);
+  }
+
+  table<T>(spec: TableSpec<T>): Table<T> {
+    const existing = this.tables.get(spec.name);
+    if (existing) return existing as Table<T>;
+    const db = this.root.openDB<T, string>({ name: spec.name, sharedStructuresKey: Symbol.for('structures') });
+    const table = new Table(spec, db);
+    this.tables.set(spec.name, table as Table<unknown>);
+    return table;
+  }
+
+  /**
+   * Commits the writes in one transaction and resolves once it is on disk. lmdb-js batches the
+   * async transactions of one event-loop turn into a single LMDB commit, so concurrent writers
+   * share one fsync (group commit).
+   */
+  async commit(writes: Write<unknown>[]): Promise<void> {
+    if (this.closed) throw new Error('store is closed');
+    await this.root.transaction(() => {
+      for (const w of writes) this.apply(w);
+    });
+    await this.root.flushed;
+  }
+
+  private apply<T>(w: Write<T>): void {
+    const { table, id, before, after } = w;
+    const oldKeys = before === undefined ? [] : table.spec.indexKeys(before);
+    const newKeys = after === undefined ? [] : table.spec.indexKeys(after);
+    const fresh = new Set(newKeys.map(keyString));
+    const stale = new Set(oldKeys.map(keyString));
+    // Inside a transaction callback lmdb-js applies the *Sync forms to that transaction.
+    for (const k of oldKeys) if (!fresh.has(keyString(k))) this.index.removeSync([table.spec.name, ...k]);
+    for (const k of newKeys) if (!stale.has(keyString(k))) this.index.putSync([table.spec.name, ...k], 1);
+    if (after === undefined) table.db.removeSync(id);
+    else table.db.putSync(id, after);
+  }
+
+  /** Ids in index order after the keyset position, at most `limit`, with their sort values. */
+  scan(table: Table<unknown>, q: RangeQuery): { v: number | string; id: string }[] {
+    const prefix = [table.spec.name, ...q.prefix];
+    const width = prefix.length;
+    const edge = q.after ? [...prefix, q.after[0], q.after[1]] : undefined;
+    const range = q.reverse
+      ? { start: edge ?? [...prefix, HIGH], end: prefix, reverse: true }
+      : { start: edge ?? prefix, end: [...prefix, HIGH] };
+    const out: { v: number | string; id: string }[] = [];
+    for (const key of this.index.getKeys(range)) {
+      const k = key as (string | number)[];
+      const v = k[width];
+      const id = k[width + 1];
+      if (v === undefined || typeof id !== 'string') continue;
+      // getRange's start is inclusive; the keyset position itself was already served.
+      if (q.after && v === q.after[0] && id === q.after[1]) continue;
+      out.push({ v, id });
+      if (out.length >= q.limit) break;
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.root.flushed;
+    await this.root.close();
+  }
+}
+
+function keyString(k: IndexKey): string {
+  return JSON.stringify(k);
+}
