@@ -1,0 +1,47 @@
+// The actor node of cluster mode: hosts the partitions named by ACTOR_PARTITIONS (all of them by
+// default) in its own LMDB under DATA_DIR and serves them over NATS. Any number may run, each
+// with its own NODE_ID, DATA_DIR and a disjoint set of partitions (static assignment; leases in
+// JetStream KV replace it later without changing the bus).
+
+import { hostname } from 'node:os';
+import { ConfigError, loadConfig } from '../common/config.js';
+import { createLogger } from '../common/log.js';
+import { serveActorsOverNats } from '../common/nats-actor-server.js';
+import { parsePartitions, toRanges } from '../common/partitions.js';
+import { ActorHost } from './host.js';
+import { actorDataDir } from '../gateway/app.js';
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  if (!config.natsUrl) throw new ConfigError('NATS_URL must be set for an actor node (embedded mode runs actors inside `npm start`).');
+  const log = createLogger(config.logLevel, 'actors');
+  const partitions = parsePartitions(config.actorPartitions);
+  const nodeId = config.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 40)}-${process.pid}`;
+  const host = new ActorHost({ dataDir: actorDataDir(config), partitions: new Set(partitions), mailboxLimit: config.mailboxLimit, log });
+  const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m) });
+  const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
+  process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}\n`);
+
+  let stopping = false;
+  const stop = (): void => {
+    if (stopping) return;
+    stopping = true;
+    server
+      .close()
+      .then(() => host.close())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(err instanceof ConfigError ? 2 : 1);
+});

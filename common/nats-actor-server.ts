@@ -1,0 +1,173 @@
+// Cluster mode's bus, actor side: serves one node's partitions on `actors.node.<nodeId>` and
+// announces that ownership (see nats-wire.ts for the envelopes). Every handler runs inside the
+// same wrapper, after nats.js services: count, time, turn a throw into an `internal` wire error,
+// and always reply, so a gateway never waits out its deadline because of a bug here.
+
+import { connect, Events, type Msg, type NatsConnection } from 'nats';
+import type { ActorEndpoint } from './bus.js';
+import type { WireError } from './errors.js';
+import { isPartition, toRanges } from './partitions.js';
+import {
+  ANNOUNCE_SUBJECT,
+  DISCOVER_SUBJECT,
+  HEARTBEAT_MS,
+  RECONNECT_WAIT_MS,
+  decodeRequest,
+  encodeAnnouncement,
+  isNodeId,
+  nodeSubject,
+  packr,
+  settleWithin,
+  type WireReply,
+} from './nats-wire.js';
+import type { Result } from '../proto/messages.js';
+
+export interface ActorServerOptions {
+  /** Stable name; becomes the subject token, so letters, digits, '-' and '_' only. */
+  nodeId: string;
+  partitions: number[];
+  log?: (msg: string) => void;
+}
+
+export interface ActorServerStats {
+  /** NATS messages served: a coalesced batch counts once. */
+  messages: number;
+  commands: number;
+  queries: number;
+  /** Handlers that threw, plus messages that could not be read or answered. */
+  errors: number;
+  /** Total handling time across messages, in milliseconds. */
+  processingMs: number;
+}
+
+export interface ActorServer {
+  close(): Promise<void>;
+  stats(): ActorServerStats;
+}
+
+const FAILED: WireError = { code: 'internal', detail: 'The request could not be completed.' };
+const INTERNAL: Result<never> = { ok: false, error: FAILED };
+// The gateway's directory was stale: the command reached a node that does not own the key, and
+// running it here would break one writer per key (ARCHITECTURE property 1).
+const NOT_OWNED: Result<never> = { ok: false, error: { code: 'unavailable', detail: 'This data is moving between nodes; retry shortly.' } };
+
+/** How long close() waits on NATS before giving up on a graceful drain (it may be down). */
+const CLOSE_GRACE_MS = 5000;
+
+export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, opts: ActorServerOptions): Promise<ActorServer> {
+  const { nodeId } = opts;
+  if (!isNodeId(nodeId)) throw new Error(`node id '${opts.nodeId}' must be 1-64 letters, digits, '-' or '_'`);
+  const bad = opts.partitions.find((p) => !isPartition(p));
+  if (bad !== undefined) throw new Error(`node ${nodeId}: ${bad} is not a partition`);
+  const owned = new Set(opts.partitions);
+  const log = opts.log ?? (() => {});
+  const subject = nodeSubject(nodeId);
+  const stats: ActorServerStats = { messages: 0, commands: 0, queries: 0, errors: 0, processingMs: 0 };
+
+  const nc: NatsConnection = await connect({
+    servers: url,
+    name: `actor-${nodeId}`,
+    reconnect: true,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: RECONNECT_WAIT_MS,
+  });
+
+  async function guarded(work: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
+    try {
+      return await work();
+    } catch (err) {
+      stats.errors++;
+      log(`actor handler failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      return INTERNAL;
+    }
+  }
+
+  async function answer(msg: Msg): Promise<WireReply> {
+    const req = decodeRequest(msg.data);
+    if ('query' in req) {
+      stats.queries++;
+      return { results: [await guarded(() => endpoint.query(req.query))] };
+    }
+    stats.commands += req.commands.length;
+    const results = await Promise.all(
+      req.commands.map((cmd) => (owned.has(cmd.partition) ? guarded(() => endpoint.handle(cmd)) : Promise.resolve(NOT_OWNED))),
+    );
+    return { results };
+  }
+
+  async function serve(msg: Msg): Promise<void> {
+    const started = performance.now();
+    stats.messages++;
+    let reply: WireReply;
+    try {
+      reply = await answer(msg);
+    } catch (err) {
+      stats.errors++;
+      log(`unreadable request on ${subject}: ${err instanceof Error ? err.message : String(err)}`);
+      reply = { error: FAILED };
+    }
+    try {
+      msg.respond(packr.pack(reply));
+    } catch (err) {
+      // A result that cannot be encoded, or a reply past NATS max_payload (raise it on the server
+      // if batches of large records hit this). The commands have run; the gateway answers 500.
+      stats.errors++;
+      log(`could not reply on ${subject}: ${err instanceof Error ? err.message : String(err)}`);
+      try {
+        msg.respond(packr.pack({ error: FAILED } satisfies WireReply));
+      } catch {
+        // Connection gone: the gateway's deadline answers for us.
+      }
+    }
+    stats.processingMs += performance.now() - started;
+  }
+
+  const inFlight = new Set<Promise<void>>();
+  const sub = nc.subscribe(subject, {
+    callback: (err, msg) => {
+      if (err) return log(`subscription error on ${subject}: ${err.message}`);
+      const work = serve(msg).finally(() => inFlight.delete(work));
+      inFlight.add(work);
+    },
+  });
+
+  const ranges = toRanges(opts.partitions);
+  const announce = (leaving = false): void => {
+    try {
+      nc.publish(ANNOUNCE_SUBJECT, encodeAnnouncement({ nodeId, subject, ranges: leaving ? [] : ranges, at: Date.now() }));
+    } catch (err) {
+      log(`could not announce node ${nodeId}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  const discover = nc.subscribe(DISCOVER_SUBJECT, { callback: () => announce() });
+  // Gateways must not learn of this node before the server routes its subject to us.
+  await nc.flush();
+  announce();
+  const heartbeat = setInterval(() => announce(), HEARTBEAT_MS);
+
+  void (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === Events.Disconnect) log(`node ${nodeId} lost its NATS connection`);
+      else if (s.type === Events.Reconnect) {
+        log(`node ${nodeId} reconnected to NATS`);
+        announce();
+      }
+    }
+  })().catch((err: unknown) => log(`status watch ended: ${err instanceof Error ? err.message : String(err)}`));
+
+  let closing: Promise<void> | undefined;
+  return {
+    stats: () => ({ ...stats }),
+    close: () =>
+      (closing ??= (async () => {
+        clearInterval(heartbeat);
+        announce(true);
+        discover.unsubscribe();
+        // Stop taking messages, finish and answer those already taken, then close.
+        await settleWithin(sub.drain(), CLOSE_GRACE_MS);
+        await Promise.all(inFlight);
+        await settleWithin(nc.drain(), CLOSE_GRACE_MS);
+        if (!nc.isClosed()) await nc.close();
+      })()),
+  };
+}

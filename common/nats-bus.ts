@@ -1,0 +1,400 @@
+// Cluster mode's bus, gateway side. A command goes over NATS to the node that owns its partition;
+// commands bound for the same node within one event-loop turn travel as ONE request, because a
+// NATS round trip costs far more than the work behind it (ARCHITECTURE "Hot paths": ~12-15k
+// requests/s per connection against ~185k logical requests/s batched). Every failure resolves as
+// an `unavailable` Result, never a throw, and every request has a deadline (ARCHITECTURE 7).
+// Only this file and nats-actor-server.ts import `nats` (STYLE 7).
+
+import { connect, ErrorCode, Events, NatsError, type NatsConnection, type Subscription } from 'nats';
+import type { Bus } from './bus.js';
+import { PARTITIONS } from './ids.js';
+import { toRanges } from './partitions.js';
+import {
+  ANNOUNCE_SUBJECT,
+  DISCOVER_SUBJECT,
+  HEARTBEAT_MS,
+  MISSED_HEARTBEATS,
+  RECONNECT_WAIT_MS,
+  decodeAnnouncement,
+  decodeReply,
+  packr,
+  settleWithin,
+  type Announcement,
+  type WireRequest,
+} from './nats-wire.js';
+import type { Command, Query, Result } from '../proto/messages.js';
+
+export interface NatsBusOptions {
+  /** Deadline for every request, time spent waiting for its batch included. */
+  timeoutMs: number;
+  log?: (msg: string) => void;
+  /** Most commands in one NATS message; more start another message. */
+  maxBatch?: number;
+  /** Most commands and queries queued or awaiting a reply; beyond it the bus answers unavailable. */
+  maxInFlight?: number;
+}
+
+// Details reach API clients as problem+json, so they name no hosts, nodes or NATS internals.
+const unavailable = (detail: string): Result<never> => ({ ok: false, error: { code: 'unavailable', detail } });
+const NO_OWNER = unavailable('No node is serving this data right now.');
+const SOME_UNOWNED = unavailable('Some of this data has no node serving it right now.');
+const TIMED_OUT = unavailable('The request could not be served in time.');
+const BUS_DOWN = unavailable('The service cannot reach its data nodes right now.');
+const OVERLOADED = unavailable('Too many requests are in flight.');
+const CLOSING = unavailable('The service is shutting down.');
+const TOO_LARGE: Result<never> = {
+  ok: false,
+  error: { code: 'payload-too-large', detail: 'The request is too large to forward.' },
+};
+const UNENCODABLE: Result<never> = { ok: false, error: { code: 'internal', detail: 'The request could not be encoded.' } };
+
+/** Where a partition's commands go. */
+export interface Owner {
+  nodeId: string;
+  subject: string;
+}
+
+/**
+ * Who owns which partition. Today nodes announce static ranges (AnnouncedDirectory); partition
+ * leases in a JetStream KV bucket (ARCHITECTURE "Partitions and scale-out") will implement this
+ * same interface from a KV watch, and neither NatsBus nor the Bus interface changes.
+ */
+export interface OwnerDirectory {
+  ownerOf(partition: number): Owner | undefined;
+  /** The distinct live owners, and how many partitions have none. */
+  snapshot(): { owners: Owner[]; unowned: number };
+  /** Asks owners to state their claims again, e.g. after a reconnect. */
+  refresh(): void;
+  close(): Promise<void>;
+}
+
+interface Pending {
+  cmd: Command;
+  resolve: (r: Result<unknown>) => void;
+  deadline: number;
+}
+
+export class NatsBus implements Bus {
+  private readonly queues = new Map<string, Pending[]>();
+  private readonly exchanges = new Set<Promise<unknown>>();
+  private flushScheduled = false;
+  private inFlight = 0;
+  private connected = true;
+  private closed = false;
+  private readonly maxBatch: number;
+  private readonly maxInFlight: number;
+  private readonly log: (msg: string) => void;
+
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly directory: OwnerDirectory,
+    private readonly opts: NatsBusOptions,
+  ) {
+    this.maxBatch = opts.maxBatch ?? 256;
+    this.maxInFlight = opts.maxInFlight ?? 10_000;
+    this.log = opts.log ?? (() => {});
+    void this.watchConnection();
+  }
+
+  send(cmd: Command): Promise<Result<unknown>> {
+    const refused = this.refusal();
+    if (refused) return Promise.resolve(refused);
+    const owner = this.directory.ownerOf(cmd.partition);
+    if (!owner) return Promise.resolve(NO_OWNER);
+    this.inFlight++;
+    return new Promise((resolve) => {
+      let queue = this.queues.get(owner.subject);
+      if (!queue) this.queues.set(owner.subject, (queue = []));
+      queue.push({ cmd, resolve, deadline: Date.now() + this.opts.timeoutMs });
+      if (queue.length >= this.maxBatch) {
+        this.queues.delete(owner.subject);
+        this.dispatch(owner.subject, queue);
+      } else if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        // setImmediate, not a microtask: it runs after the I/O callbacks of this turn, so every
+        // request the turn parsed has queued its command before the batch leaves.
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  async scatter(q: Query): Promise<Result<unknown>[]> {
+    const { owners, unowned } = this.directory.snapshot();
+    const results = await Promise.all(owners.map((o) => this.query(o.subject, q)));
+    if (unowned > 0) results.push(SOME_UNOWNED);
+    return results;
+  }
+
+  /** Resolves true once every partition listed has a live owner; for readiness checks and tests. */
+  async waitForOwners(partitions: readonly number[], withinMs: number): Promise<boolean> {
+    const until = Date.now() + withinMs;
+    for (;;) {
+      if (partitions.every((p) => this.directory.ownerOf(p))) return true;
+      if (Date.now() >= until) return false;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.flush();
+    // Let what is on the wire be answered (each exchange is bounded by its deadline) before the
+    // drain closes the reply subscription under it.
+    await Promise.all(this.exchanges);
+    await this.directory.close();
+    await settleWithin(this.nc.drain(), this.opts.timeoutMs);
+    if (!this.nc.isClosed()) await this.nc.close();
+  }
+
+  private refusal(): Result<never> | undefined {
+    if (this.closed) return CLOSING;
+    // While disconnected nats.js would buffer the request and send it on reconnect, after we had
+    // already answered 503: a write the client was told failed would then happen. Refuse instead.
+    if (!this.connected) return BUS_DOWN;
+    if (this.inFlight >= this.maxInFlight) return OVERLOADED;
+    return undefined;
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    for (const [subject, batch] of this.queues) this.dispatch(subject, batch);
+    this.queues.clear();
+  }
+
+  private dispatch(subject: string, batch: Pending[]): void {
+    const settle = (results: Result<unknown>[]): void => {
+      batch.forEach((p, i) => {
+        this.inFlight--;
+        p.resolve(results[i] ?? UNENCODABLE);
+      });
+    };
+    const payload = encode({ v: 1, commands: batch.map((p) => p.cmd) });
+    if (!payload) return settle(batch.map(() => UNENCODABLE));
+    if (payload.length > this.maxPayload()) {
+      if (batch.length === 1) return settle([TOO_LARGE]);
+      const half = batch.length >> 1;
+      this.dispatch(subject, batch.slice(0, half));
+      this.dispatch(subject, batch.slice(half));
+      return;
+    }
+    void this.exchange(subject, payload, batch.length, batch[0]!.deadline).then(settle);
+  }
+
+  private async query(subject: string, q: Query): Promise<Result<unknown>> {
+    const refused = this.refusal();
+    if (refused) return refused;
+    const payload = encode({ v: 1, query: q });
+    if (!payload) return UNENCODABLE;
+    if (payload.length > this.maxPayload()) return TOO_LARGE;
+    this.inFlight++;
+    const [result] = await this.exchange(subject, payload, 1, Date.now() + this.opts.timeoutMs);
+    this.inFlight--;
+    return result ?? UNENCODABLE;
+  }
+
+  /** One NATS request/reply. Never rejects: every failure becomes `count` error Results. */
+  private exchange(subject: string, payload: Uint8Array, count: number, deadline: number): Promise<Result<unknown>[]> {
+    const failed = (err: unknown): Result<unknown>[] => Array<Result<unknown>>(count).fill(this.failure(err));
+    let work: Promise<Result<unknown>[]>;
+    try {
+      work = this.nc
+        .request(subject, payload, { timeout: Math.max(1, deadline - Date.now()) })
+        .then((msg) => decodeReply(msg.data, count), failed);
+    } catch (err) {
+      work = Promise.resolve(failed(err));
+    }
+    this.exchanges.add(work);
+    return work.finally(() => this.exchanges.delete(work));
+  }
+
+  private failure(err: unknown): Result<never> {
+    if (err instanceof NatsError) {
+      switch (err.code as ErrorCode) {
+        case ErrorCode.Timeout:
+          return TIMED_OUT;
+        // The directory still listed the node, but nothing listens on its subject: it just left.
+        case ErrorCode.NoResponders:
+          return NO_OWNER;
+        case ErrorCode.Disconnect:
+        case ErrorCode.ConnectionClosed:
+        case ErrorCode.ConnectionDraining:
+          return BUS_DOWN;
+      }
+    }
+    this.log(`bus request failed: ${err instanceof Error ? err.message : String(err)}`);
+    return BUS_DOWN;
+  }
+
+  private maxPayload(): number {
+    return this.nc.info?.max_payload ?? 1024 * 1024;
+  }
+
+  private async watchConnection(): Promise<void> {
+    try {
+      for await (const s of this.nc.status()) {
+        if (s.type === Events.Disconnect) {
+          this.connected = false;
+          this.log('NATS connection lost; answering unavailable until it is back');
+        } else if (s.type === Events.Reconnect) {
+          this.connected = true;
+          this.log('NATS connection restored');
+          this.directory.refresh();
+        }
+      }
+    } catch (err) {
+      this.log(`NATS status watch ended: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+}
+
+function encode(req: WireRequest): Uint8Array | undefined {
+  try {
+    return packr.pack(req);
+  } catch {
+    return undefined;
+  }
+}
+
+interface Claim extends Owner {
+  partitions: number[];
+  /** Ranges as announced, to tell a heartbeat from a change of claim. */
+  key: string;
+  /** When this gateway first heard the claim: the older claim wins an overlap. */
+  since: number;
+  expiresAt: number;
+}
+
+const CLAIM_TTL_MS = HEARTBEAT_MS * MISSED_HEARTBEATS;
+
+/** Static ownership: each node announces the ranges it serves; silent nodes expire. */
+export class AnnouncedDirectory implements OwnerDirectory {
+  private readonly claims = new Map<string, Claim>();
+  private table: (Claim | undefined)[] = [];
+  private readonly sub: Subscription;
+  private readonly sweeper: NodeJS.Timeout;
+
+  private constructor(
+    private readonly nc: NatsConnection,
+    private readonly log: (msg: string) => void,
+  ) {
+    this.sub = nc.subscribe(ANNOUNCE_SUBJECT, {
+      callback: (err, msg) => {
+        if (err) return this.log(`announcement subscription error: ${err.message}`);
+        this.onAnnouncement(decodeAnnouncement(msg.data));
+      },
+    });
+    this.sweeper = setInterval(() => this.sweep(), HEARTBEAT_MS / 2);
+    this.sweeper.unref();
+  }
+
+  static async start(nc: NatsConnection, log: (msg: string) => void): Promise<AnnouncedDirectory> {
+    const directory = new AnnouncedDirectory(nc, log);
+    // The subscription must be registered at the server before the nodes answer the discover.
+    await nc.flush();
+    directory.refresh();
+    return directory;
+  }
+
+  ownerOf(partition: number): Owner | undefined {
+    const claim = this.table[partition];
+    return claim && claim.expiresAt > Date.now() ? claim : undefined;
+  }
+
+  snapshot(): { owners: Owner[]; unowned: number } {
+    const owners = new Set<Owner>();
+    let unowned = 0;
+    for (let p = 0; p < PARTITIONS; p++) {
+      const owner = this.ownerOf(p);
+      if (owner) owners.add(owner);
+      else unowned++;
+    }
+    return { owners: [...owners], unowned };
+  }
+
+  refresh(): void {
+    try {
+      this.nc.publish(DISCOVER_SUBJECT);
+    } catch (err) {
+      this.log(`could not ask actor nodes to announce: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  close(): Promise<void> {
+    clearInterval(this.sweeper);
+    if (!this.sub.isClosed()) this.sub.unsubscribe();
+    return Promise.resolve();
+  }
+
+  private onAnnouncement(a: Announcement | undefined): void {
+    if (!a) return this.log('ignored a malformed ownership announcement');
+    const known = this.claims.get(a.nodeId);
+    if (a.ranges.length === 0) {
+      // A node that leaves says so, so its partitions do not wait CLAIM_TTL_MS to fail over.
+      if (known && this.claims.delete(a.nodeId)) this.rebuild();
+      return;
+    }
+    const now = Date.now();
+    const key = JSON.stringify(a.ranges);
+    if (known && known.key === key) {
+      const lapsed = known.expiresAt <= now;
+      known.expiresAt = now + CLAIM_TTL_MS;
+      if (!lapsed) return;
+    } else {
+      const partitions = a.ranges.flatMap(([lo, hi]) => Array.from({ length: hi - lo + 1 }, (_, i) => lo + i));
+      this.claims.set(a.nodeId, { nodeId: a.nodeId, subject: a.subject, partitions, key, since: known?.since ?? now, expiresAt: now + CLAIM_TTL_MS });
+    }
+    this.rebuild();
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    let changed = false;
+    for (const [nodeId, claim] of this.claims) {
+      if (claim.expiresAt > now) continue;
+      this.claims.delete(nodeId);
+      this.log(`actor node ${nodeId} missed ${MISSED_HEARTBEATS} heartbeats; its partitions have no owner`);
+      changed = true;
+    }
+    if (changed) this.rebuild();
+  }
+
+  private rebuild(): void {
+    const now = Date.now();
+    const table: (Claim | undefined)[] = Array.from({ length: PARTITIONS }, () => undefined);
+    // Static configs can overlap by mistake. The older claim keeps the partition, so ownership does
+    // not flap with every heartbeat; leases will make claims exclusive by construction.
+    const live = [...this.claims.values()].filter((c) => c.expiresAt > now).sort((a, b) => a.since - b.since);
+    for (const claim of live) {
+      const lost: number[] = [];
+      for (const p of claim.partitions) {
+        if (table[p]) lost.push(p);
+        else table[p] = claim;
+      }
+      if (lost.length > 0) {
+        const spans = toRanges(lost).map(([lo, hi]) => (lo === hi ? `${lo}` : `${lo}-${hi}`));
+        this.log(`actor node ${claim.nodeId} claims partitions ${spans.join(',')} that older claims hold; ignoring those`);
+      }
+    }
+    this.table = table;
+  }
+}
+
+/** Connects the gateway to NATS; throws only if the first connection fails, then reconnects forever. */
+export async function connectNatsBus(url: string, opts: NatsBusOptions): Promise<NatsBus> {
+  const log = opts.log ?? (() => {});
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers: url,
+      name: 'gateway',
+      reconnect: true,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: RECONNECT_WAIT_MS,
+    });
+  } catch (err) {
+    throw new Error(`cannot connect to NATS at ${url}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  const directory = await AnnouncedDirectory.start(nc, log);
+  return new NatsBus(nc, directory, { ...opts, log });
+}

@@ -1,0 +1,118 @@
+// What gateway and actor nodes say to each other over NATS: subjects, envelopes, and the one
+// codec. Shared by common/nats-bus.ts (gateway side) and common/nats-actor-server.ts (actor side)
+// so the format lives in one place; it does not import `nats` itself.
+
+import { Packr } from 'msgpackr';
+import { isProblemSlug, type WireError } from './errors.js';
+import { isPartition } from './partitions.js';
+import type { Command, Query, Result } from '../proto/messages.js';
+
+export const ANNOUNCE_SUBJECT = 'actors.announce';
+export const DISCOVER_SUBJECT = 'actors.discover';
+export const nodeSubject = (nodeId: string): string => `actors.node.${nodeId}`;
+
+/** A node re-announces this often; a gateway forgets it after MISSED_HEARTBEATS silent periods. */
+export const HEARTBEAT_MS = 2000;
+export const MISSED_HEARTBEATS = 3;
+export const RECONNECT_WAIT_MS = 1000;
+
+/** A node id becomes a subject token, so no dots, wildcards or spaces. */
+export const isNodeId = (s: unknown): s is string => typeof s === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(s);
+
+// Records (msgpackr's default) share structure definitions between pack calls of ONE Packr;
+// gateway and nodes are independent processes, so every message must decode on its own.
+export const packr = new Packr({ useRecords: false });
+
+/**
+ * Request envelope, version 1: one message carries a batch of commands (coalesced per owner
+ * node) or exactly one query. `v` lets a later version add fields (a lease epoch for fencing)
+ * that old nodes can refuse instead of misreading.
+ */
+export type WireRequest = { v: 1; commands: Command[] } | { v: 1; query: Query };
+
+/** Reply: one Result per command, in request order (one for a query), or one error for the whole message. */
+export type WireReply = { results: Result<unknown>[] } | { error: WireError };
+
+/** An actor node's ownership claim. JSON, not msgpack, so `nats sub actors.announce` is readable. */
+export interface Announcement {
+  nodeId: string;
+  subject: string;
+  /** Inclusive [first, last] runs. Empty means the node is leaving. */
+  ranges: [number, number][];
+  /** Sender's clock, for operators only: expiry runs on the receiver's clock. */
+  at: number;
+}
+
+const isObject = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null;
+
+const isWireError = (x: unknown): x is WireError =>
+  isObject(x) && typeof x.code === 'string' && isProblemSlug(x.code) && typeof x.detail === 'string';
+
+const isResult = (x: unknown): x is Result<unknown> =>
+  isObject(x) && (x.ok === true ? 'value' in x : x.ok === false && isWireError(x.error));
+
+const UNREADABLE: Result<never> = { ok: false, error: { code: 'internal', detail: 'The reply could not be read.' } };
+
+/** Never throws: whatever does not fit the envelope becomes an `internal` error, per command where it can. */
+export function decodeReply(data: Uint8Array, count: number): Result<unknown>[] {
+  let reply: unknown;
+  try {
+    reply = packr.unpack(data);
+  } catch {
+    return Array<Result<unknown>>(count).fill(UNREADABLE);
+  }
+  if (isObject(reply) && Array.isArray(reply.results) && reply.results.length === count) {
+    return (reply.results as unknown[]).map((r) => (isResult(r) ? r : UNREADABLE));
+  }
+  const whole: Result<unknown> = isObject(reply) && isWireError(reply.error) ? { ok: false, error: reply.error } : UNREADABLE;
+  return Array<Result<unknown>>(count).fill(whole);
+}
+
+/** The envelope only; the endpoint checks each command's own shape. Throws on anything else. */
+export function decodeRequest(data: Uint8Array): WireRequest {
+  const req: unknown = packr.unpack(data);
+  if (!isObject(req) || req.v !== 1) throw new Error('unknown request envelope');
+  if (Array.isArray(req.commands) && req.commands.every((c) => isObject(c) && isPartition(c.partition))) {
+    return { v: 1, commands: req.commands as Command[] };
+  }
+  if (isObject(req.query) && typeof req.query.kind === 'string') return { v: 1, query: req.query as Query };
+  throw new Error('request carries neither commands nor a query');
+}
+
+const utf8 = new TextEncoder();
+const fromUtf8 = new TextDecoder();
+
+export function encodeAnnouncement(a: Announcement): Uint8Array {
+  return utf8.encode(JSON.stringify(a));
+}
+
+/** Undefined for anything that is not a well-formed claim, so one bad sender cannot corrupt the directory. */
+export function decodeAnnouncement(data: Uint8Array): Announcement | undefined {
+  let a: unknown;
+  try {
+    a = JSON.parse(fromUtf8.decode(data));
+  } catch {
+    return undefined;
+  }
+  if (!isObject(a) || !isNodeId(a.nodeId) || a.subject !== nodeSubject(a.nodeId) || typeof a.at !== 'number') return undefined;
+  if (!Array.isArray(a.ranges)) return undefined;
+  const ranges: [number, number][] = [];
+  for (const r of a.ranges as unknown[]) {
+    if (!Array.isArray(r) || r.length !== 2) return undefined;
+    const [lo, hi] = r as unknown[];
+    if (!isPartition(lo) || !isPartition(hi) || (lo as number) > (hi as number)) return undefined;
+    ranges.push([lo as number, hi as number]);
+  }
+  return { nodeId: a.nodeId, subject: a.subject, ranges, at: a.at };
+}
+
+/** Waits for work (a drain, say) but no longer than ms: while disconnected a drain can wait forever. */
+export function settleWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const done = work.then(
+    () => {},
+    () => {},
+  );
+  const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+  return Promise.race([done, late]).finally(() => clearTimeout(timer));
+}

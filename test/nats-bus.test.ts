@@ -1,0 +1,149 @@
+// Cluster-mode bus against a real nats-server. Each test gets its own server, so tests can run
+// concurrently and one test's nodes never answer another's announcements.
+
+import test, { type ExecutionContext } from 'ava';
+import type { ActorEndpoint } from '../common/bus.js';
+import { connectNatsBus, type NatsBus } from '../common/nats-bus.js';
+import { serveActorsOverNats, type ActorServer } from '../common/nats-actor-server.js';
+import { parsePartitions } from '../common/partitions.js';
+import type { Command, Result } from '../proto/messages.js';
+import { startNatsServer, type NatsServer } from './helpers/nats-server.js';
+
+const LOW = parsePartitions('0-127');
+const HIGH = parsePartitions('128-255');
+const ALL = parsePartitions(undefined);
+
+/**
+ * Echoes which node handled what. The command id 'boom' makes the handler throw synchronously,
+ * the rudest way an endpoint can break its never-throws promise.
+ */
+function echoEndpoint(node: string): ActorEndpoint {
+  return {
+    handle(cmd) {
+      if (cmd.id === 'boom') throw new Error('handler bug');
+      return Promise.resolve({ ok: true, value: { node, id: cmd.id, partition: cmd.partition } });
+    },
+    query(q) {
+      return Promise.resolve({ ok: true, value: { node, kind: q.kind } });
+    },
+  };
+}
+
+const get = (partition: number, id = `ord_${partition}`): Command => ({ kind: 'order.get', tenant: 't1', partition, id });
+
+interface Cluster {
+  nats: NatsServer;
+  bus: NatsBus;
+  nodes: Record<string, ActorServer>;
+}
+
+async function cluster(t: ExecutionContext, nodes: Record<string, number[]>, timeoutMs = 2000): Promise<Cluster> {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const servers: Record<string, ActorServer> = {};
+  for (const [nodeId, partitions] of Object.entries(nodes)) {
+    const server = await serveActorsOverNats(nats.url, echoEndpoint(nodeId), { nodeId, partitions });
+    t.teardown(() => server.close());
+    servers[nodeId] = server;
+  }
+  const bus = await connectNatsBus(nats.url, { timeoutMs });
+  t.teardown(() => bus.close());
+  const owned = Object.values(nodes).flat();
+  t.true(await bus.waitForOwners(owned, 5000), 'every node announced its partitions');
+  return { nats, bus, nodes: servers };
+}
+
+const valueOf = (r: Result<unknown> | undefined): unknown => (r?.ok ? r.value : r?.error);
+
+test('routes each command to the node that owns its partition', async (t) => {
+  const { bus } = await cluster(t, { low: LOW, high: HIGH });
+  const [a, b, c] = await Promise.all([bus.send(get(0)), bus.send(get(127)), bus.send(get(128))]);
+  t.deepEqual(valueOf(a), { node: 'low', id: 'ord_0', partition: 0 });
+  t.deepEqual(valueOf(b), { node: 'low', id: 'ord_127', partition: 127 });
+  t.deepEqual(valueOf(c), { node: 'high', id: 'ord_128', partition: 128 });
+});
+
+test('commands sent in one turn travel as one message per node, capped per message', async (t) => {
+  const { bus, nodes } = await cluster(t, { low: LOW, high: HIGH });
+  const first = await Promise.all(Array.from({ length: 100 }, (_, i) => bus.send(get(i % 2 === 0 ? 5 : 200, `ord_${i}`))));
+  t.true(first.every((r, i) => r.ok && (r.value as { id: string }).id === `ord_${i}`), 'results come back in request order');
+  t.is(nodes.low!.stats().messages, 1);
+  t.is(nodes.high!.stats().messages, 1);
+  t.is(nodes.low!.stats().commands, 50);
+
+  const many = await Promise.all(Array.from({ length: 600 }, (_, i) => bus.send(get(7, `ord_${i}`))));
+  t.true(many.every((r) => r.ok));
+  // 600 commands with a cap of 256: 256 + 256 + 88.
+  t.is(nodes.low!.stats().messages, 1 + 3);
+  t.is(nodes.low!.stats().commands, 50 + 600);
+});
+
+test('scatter collects one answer from every owner node', async (t) => {
+  const { bus } = await cluster(t, { low: LOW, high: HIGH });
+  const results = await bus.scatter({ kind: 'order.list', query: { tenant: 't1', filter: undefined, sort: 'createdAt', dir: 'asc', after: undefined, limit: 10 } });
+  const nodes = results.map((r) => (r.ok ? (r.value as { node: string }).node : r.error.code)).sort();
+  t.deepEqual(nodes, ['high', 'low']);
+});
+
+test('scatter answers unavailable for partitions nobody owns, without hanging', async (t) => {
+  const { bus } = await cluster(t, { low: LOW });
+  const started = Date.now();
+  const results = await bus.scatter({ kind: 'product.list', query: { tenant: 't1', filter: undefined, sort: 'name', dir: 'asc', after: undefined, limit: 10 } });
+  t.true(Date.now() - started < 500);
+  t.is(results.length, 2);
+  t.deepEqual(valueOf(results[0]), { node: 'low', kind: 'product.list' });
+  t.like(results[1], { ok: false, error: { code: 'unavailable' } });
+});
+
+test('a handler that throws yields an internal error and the node keeps serving', async (t) => {
+  const { bus, nodes } = await cluster(t, { all: ALL });
+  const [bad, good] = await Promise.all([bus.send(get(3, 'boom')), bus.send(get(3, 'ord_fine'))]);
+  t.like(bad, { ok: false, error: { code: 'internal' } });
+  t.false(JSON.stringify(bad).includes('handler bug'), 'the exception text stays on the node');
+  t.deepEqual(valueOf(good), { node: 'all', id: 'ord_fine', partition: 3 });
+  t.deepEqual(valueOf(await bus.send(get(4))), { node: 'all', id: 'ord_4', partition: 4 });
+  t.is(nodes.all!.stats().errors, 1);
+});
+
+test('a partition with no owner is unavailable at once', async (t) => {
+  const { bus } = await cluster(t, { low: LOW });
+  const started = Date.now();
+  const r = await bus.send(get(200));
+  t.true(Date.now() - started < 100);
+  t.like(r, { ok: false, error: { code: 'unavailable' } });
+  t.false(JSON.stringify(r).includes('nats'), 'no internals in the detail');
+});
+
+test('a node that leaves hands back its partitions at once', async (t) => {
+  const { bus, nodes } = await cluster(t, { low: LOW, high: HIGH });
+  await nodes.high!.close();
+  const until = Date.now() + 1000;
+  let r = await bus.send(get(200));
+  while (r.ok && Date.now() < until) r = await bus.send(get(200));
+  t.like(r, { ok: false, error: { code: 'unavailable' } });
+  t.true((await bus.send(get(1))).ok);
+});
+
+test('with NATS down the bus answers unavailable within its deadline, and serves again after a restart', async (t) => {
+  t.timeout(30_000);
+  const timeoutMs = 1000;
+  const { nats, bus } = await cluster(t, { all: ALL }, timeoutMs);
+  t.true((await bus.send(get(9))).ok);
+
+  await nats.kill();
+  for (const partition of [9, 10]) {
+    const started = Date.now();
+    const r = await bus.send(get(partition));
+    t.true(Date.now() - started <= timeoutMs + 200, 'answered within the deadline');
+    t.like(r, { ok: false, error: { code: 'unavailable' } });
+  }
+
+  await nats.restart();
+  const until = Date.now() + 15_000;
+  let r = await bus.send(get(11));
+  while (!r.ok && Date.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    r = await bus.send(get(11));
+  }
+  t.deepEqual(valueOf(r), { node: 'all', id: 'ord_11', partition: 11 });
+});
