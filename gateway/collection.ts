@@ -131,10 +131,32 @@ export function mergePages<T extends { id: string }>(pages: ListPage<T>[], dir: 
   return { rows: all.slice(0, limit), hasMore: all.length > limit };
 }
 
-// The same order LMDB's ordered-binary keys use: numbers before strings.
+// The same order LMDB's ordered-binary keys use: numbers before strings, strings by UTF-8 bytes.
 function compare(a: number | string, b: number | string): number {
+  if (typeof a === 'string' && typeof b === 'string') return compareCodePoints(a, b);
   if (typeof a === typeof b) return a < b ? -1 : a > b ? 1 : 0;
   return typeof a === 'number' ? -1 : 1;
+}
+
+/**
+ * Code point order, which is UTF-8 byte order. JS `<` compares UTF-16 code units, which puts
+ * U+E000-U+FFFF (fullwidth forms, say) after astral characters (emoji): merging node pages in
+ * that order would disagree with each node's index and make keyset pages skip or repeat rows.
+ */
+function compareCodePoints(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    let x = a.charCodeAt(i);
+    let y = b.charCodeAt(i);
+    if (x === y) continue;
+    if (x >= 0xd800 && y >= 0xd800) {
+      // Surrogates (D800-DFFF) stand for code points above FFFF: move them above E000-FFFF.
+      x = x >= 0xe000 ? x - 0x800 : x + 0x2000;
+      y = y >= 0xe000 ? y - 0x800 : y + 0x2000;
+    }
+    return x < y ? -1 : 1;
+  }
+  return a.length === b.length ? 0 : a.length < b.length ? -1 : 1;
 }
 
 /** Rebuilds the request's query string with a new cursor, keeping every other parameter. */

@@ -45,7 +45,9 @@ export class Router<R> {
   match(method: string, path: string): Match<R> {
     const params: Record<string, string> = {};
     let at: Node<R> | undefined = this.root;
-    const segs = path.split('/');
+    // Only origin-form paths (RFC 9112 §3.2.1); '/' is the root itself, not root + ''.
+    if (!path.startsWith('/')) return { kind: 'not-found' };
+    const segs = path === '/' ? [''] : path.split('/');
     // A trailing slash names a different resource; only the leading empty segment is skipped.
     for (let i = 1; i < segs.length && at; i++) {
       const seg = segs[i]!;

@@ -33,8 +33,11 @@ export interface RangeQuery {
   limit: number;
 }
 
-// Above every number and every string we store: ordered-binary sorts numbers before strings.
-const HIGH = '\uffff';
+// Above every key element we store. ordered-binary writes strings as UTF-8, so no string is a
+// safe ceiling: '\uffff' sorts below every character past U+FFFF, emoji included, and a product
+// named '🍕 ...' would fall out of name-sorted lists. A single 0xff byte is ordered-binary's
+// MAXIMUM_KEY, above every value it encodes (ordered-binary README).
+const HIGH = Buffer.from([0xff]);
 
 export class Table<T> {
   constructor(
