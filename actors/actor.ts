@@ -26,6 +26,8 @@ export interface ActorDef<T extends Versioned, C extends Command> {
   decide(cmd: C, current: T | undefined, now: number): Decision<T>;
   /** The index prefix a list query scans. */
   listPrefix(q: ListQuery): (string | number)[];
+  /** The record without its children, for list pages that do not expand them. */
+  slim?(record: T): T;
 }
 
 export function notFound(what: string): ApiError {

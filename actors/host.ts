@@ -118,7 +118,7 @@ export class ActorHost implements ActorEndpoint {
       const record = bound.table.get(id);
       // An index entry is written in the record's transaction, so a miss means a concurrent
       // delete committed between the scan and the get: skip it.
-      if (record) rows.push({ v, record });
+      if (record) rows.push({ v, record: !query.withChildren && bound.def.slim ? bound.def.slim(record) : record });
     }
     return { rows };
   }

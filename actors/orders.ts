@@ -11,7 +11,7 @@ import { ApiError } from '../common/errors.js';
 import type { CommandOf, OrderRecord, ItemRecord, OrderInput, OrderPatch, ListQuery } from '../proto/messages.js';
 import { type ActorDef, checkIfMatch, existing } from './actor.js';
 
-export const MAX_ITEMS_PER_ORDER = 500;
+export const MAX_ITEMS_PER_ORDER = 100;
 export const ORDER_SORTS = ['createdAt', 'total'] as const;
 
 type OrderCommand = CommandOf<
@@ -80,6 +80,8 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
   isRead: (cmd) => cmd.kind === 'order.get',
 
   listPrefix: (q: ListQuery) => [q.tenant, q.filter ?? '*', q.sort],
+
+  slim: (o) => ({ ...o, items: [] }),
 
   decide(cmd, current, now) {
     switch (cmd.kind) {

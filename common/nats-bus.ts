@@ -22,7 +22,10 @@ import {
   type Announcement,
   type WireRequest,
 } from './nats-wire.js';
-import type { Command, Query, Result } from '../proto/messages.js';
+import { MAX_REPLY_BYTES, type Command, type Query, type Result } from '../proto/messages.js';
+
+/** A list page of 101 large orders fits in 8 MiB; the server default of 1 MiB may not. */
+const RECOMMENDED_MAX_PAYLOAD = 8 * 1024 * 1024;
 
 export interface NatsBusOptions {
   /** Deadline for every request, time spent waiting for its batch included. */
@@ -106,7 +109,7 @@ export class NatsBus implements Bus {
       let queue = this.queues.get(owner.subject);
       if (!queue) this.queues.set(owner.subject, (queue = []));
       queue.push({ cmd, resolve, deadline: Date.now() + this.opts.timeoutMs });
-      if (queue.length >= this.maxBatch) {
+      if (queue.length >= this.batchLimit()) {
         this.queues.delete(owner.subject);
         this.dispatch(owner.subject, queue);
       } else if (!this.flushScheduled) {
@@ -224,6 +227,11 @@ export class NatsBus implements Bus {
     }
     this.log(`bus request failed: ${err instanceof Error ? err.message : String(err)}`);
     return BUS_DOWN;
+  }
+
+  /** Commands per message: as many as the server lets the whole reply carry (MAX_REPLY_BYTES each). */
+  private batchLimit(): number {
+    return Math.max(1, Math.min(this.maxBatch, Math.floor(this.maxPayload() / MAX_REPLY_BYTES)));
   }
 
   private maxPayload(): number {
@@ -394,6 +402,10 @@ export async function connectNatsBus(url: string, opts: NatsBusOptions): Promise
     });
   } catch (err) {
     throw new Error(`cannot connect to NATS at ${url}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  const maxPayload = nc.info?.max_payload ?? 0;
+  if (maxPayload < RECOMMENDED_MAX_PAYLOAD) {
+    log(`NATS max_payload is ${maxPayload} bytes; run nats-server with max_payload >= 8MB (see nats.conf) so large list pages fit one reply`);
   }
   const directory = await AnnouncedDirectory.start(nc, log);
   return new NatsBus(nc, directory, { ...opts, log });

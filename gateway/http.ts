@@ -5,8 +5,11 @@
 
 import { STATUS_CODES } from 'node:http';
 import uWS from '@trufflesuite/uws-js-unofficial';
+import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { GatewayRequest, GatewayResponse } from './http-types.js';
+import { traceIdOf } from './pipeline.js';
+import { problemResponse } from './problem.js';
 
 export interface HttpServer {
   port: number;
@@ -20,6 +23,7 @@ export interface HttpOptions {
   log: Logger;
 }
 
+const SMALL_BODY_BYTES = 16 * 1024;
 const statusLines = new Map<number, string>();
 function statusLine(status: number): string {
   let line = statusLines.get(status);
@@ -27,14 +31,10 @@ function statusLine(status: number): string {
   return line;
 }
 
-function tooLarge(limit: number): GatewayResponse {
-  const body = JSON.stringify({
-    type: '/problems/payload-too-large',
-    title: 'Payload too large',
-    status: 413,
-    detail: `The body exceeds the ${limit}-byte limit.`,
-  });
-  return { status: 413, headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store' }, body };
+// Answered here, before the pipeline runs, but rendered by the one problem renderer so it
+// carries Trace-Id and traceId like every other problem (CONTRACT §4).
+function tooLarge(limit: number, traceparent: string | undefined, log: Logger): GatewayResponse {
+  return problemResponse(new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`), traceIdOf(traceparent), log);
 }
 
 export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
@@ -64,8 +64,8 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     const run = (): void => {
       handle(request).then(send, (err: unknown) => {
         // handle() renders its own errors; reaching here is a bug in the pipeline itself.
-        opts.log.error({ err }, 'pipeline threw');
-        send({ status: 500, headers: { 'content-type': 'application/problem+json' }, body: '{"type":"/problems/internal","title":"Internal error","status":500}' });
+        // problemResponse logs it with its stack and answers a bare 500 with a trace id.
+        send(problemResponse(err, traceIdOf(request.headers.traceparent), opts.log));
       });
     };
 
@@ -74,7 +74,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     if (declared === undefined && !chunked) return run();
     if (declared !== undefined && Number(declared) > opts.maxBodyBytes) {
       // Refuse before reading a byte of it, and close: the rest of the body is never read.
-      return send(tooLarge(opts.maxBodyBytes), true);
+      return send(tooLarge(opts.maxBodyBytes, request.headers.traceparent, opts.log), true);
     }
     const chunks: Buffer[] = [];
     let size = 0;
@@ -84,7 +84,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       size += chunk.byteLength;
       if (size > opts.maxBodyBytes) {
         refused = true;
-        return send(tooLarge(opts.maxBodyBytes), true);
+        return send(tooLarge(opts.maxBodyBytes, request.headers.traceparent, opts.log), true);
       }
       // uWS reuses the chunk's memory after this callback returns: copy it.
       chunks.push(Buffer.from(Buffer.from(chunk)));
@@ -122,8 +122,10 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
     res.endWithoutBody();
     return;
   }
-  if (close) {
-    res.end(body, true);
+  if (close || body.length <= SMALL_BODY_BYTES) {
+    // uWS copies what the socket cannot take right away; for small bodies that bounded copy is
+    // cheaper than the tryEnd/onWritable dance.
+    res.end(body, close);
     return;
   }
   const start = res.getWriteOffset();

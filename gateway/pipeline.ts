@@ -20,7 +20,8 @@ import type { Ctx, Outcome, RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
 
-const BASE_VARY = ['Accept', 'Accept-Encoding'];
+const VARY_ANON = 'Accept, Accept-Encoding';
+const VARY_AUTH = 'Accept, Accept-Encoding, Authorization';
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 export interface GatewayDeps {
@@ -77,13 +78,25 @@ export function createGateway(deps: GatewayDeps): Gateway {
   return { handle, routes: deps.routes };
 }
 
-/** W3C Trace Context: a valid incoming traceparent sets the trace id (CONTRACT §2). */
-function traceIdOf(traceparent: string | undefined): string {
+/**
+ * W3C Trace Context: a valid incoming traceparent sets the trace id (CONTRACT §2). Version ff
+ * and all-zero trace or parent ids are invalid (Trace Context §3.2.2), so they are ignored.
+ */
+export function traceIdOf(traceparent: string | undefined): string {
   if (traceparent) {
-    const m = /^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(traceparent.trim());
-    if (m && m[1] !== '00000000000000000000000000000000') return m[1]!;
+    const m = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/.exec(traceparent.trim());
+    if (m && m[1] !== 'ff' && !/^0+$/.test(m[2]!) && !/^0+$/.test(m[3]!)) return m[2]!;
   }
-  return randomBytes(16).toString('hex');
+  return nextTraceId();
+}
+
+// A fresh trace id is 64 random bits fixed per process plus a 64-bit counter: unique across
+// processes without paying for randomness on every request (trace ids are not secrets).
+const TRACE_PREFIX = randomBytes(8).toString('hex');
+let traceCounter = 0;
+function nextTraceId(): string {
+  traceCounter++;
+  return TRACE_PREFIX + traceCounter.toString(16).padStart(16, '0');
 }
 
 function parseQuery(raw: string, route: RouteDef): URLSearchParams {
@@ -136,13 +149,14 @@ function parseBody(req: GatewayRequest, route: RouteDef): unknown {
 }
 
 async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<GatewayResponse> {
-  const vary = [...BASE_VARY, ...(ctx.req.headers.authorization !== undefined ? ['Authorization'] : []), ...(outcome.vary ?? [])];
+  let vary = ctx.req.headers.authorization !== undefined ? VARY_AUTH : VARY_ANON;
+  if (outcome.vary) vary = `${vary}, ${outcome.vary.join(', ')}`;
   const headers: Record<string, string> = {
     'trace-id': traceId,
     'cache-control': outcome.cache ?? 'private, no-cache',
-    vary: vary.join(', '),
-    ...outcome.headers,
+    vary,
   };
+  if (outcome.headers) Object.assign(headers, outcome.headers);
   if (outcome.location) headers.location = outcome.location;
   if (outcome.body === undefined && outcome.text === undefined) return { status: outcome.status, headers, body: undefined };
 

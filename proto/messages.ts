@@ -87,6 +87,13 @@ export type IfMatch = number[] | '*' | undefined;
 
 export type SortDir = 'asc' | 'desc';
 
+/**
+ * Upper bound on the encoded reply to one command. The schemas bound every record (100 items an
+ * order, 50 metadata values of 500 characters), and the NATS bus sizes each coalesced message so
+ * its reply fits the server's max_payload.
+ */
+export const MAX_REPLY_BYTES = 64 * 1024;
+
 export interface ListQuery {
   tenant: string;
   /** Secondary-index filter value, or undefined for all. */
@@ -96,6 +103,8 @@ export interface ListQuery {
   /** Keyset position: the last (sort value, id) the client saw. */
   after: { v: number | string; id: string } | undefined;
   limit: number;
+  /** When false the actor may drop children (line items) the page will not render. */
+  withChildren: boolean;
 }
 
 interface Base {

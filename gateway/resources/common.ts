@@ -3,8 +3,17 @@
 import { PROBLEMS, type ProblemSlug } from '../../common/errors.js';
 import type { JsonSchema } from '../route.js';
 
+// Timestamps repeat (every read of a record renders the same two); formatting one costs more
+// than the rest of an order's rendering, so recent ones are kept.
+const isoCache = new Map<number, string>();
+
 export function iso(ms: number): string {
-  return new Date(ms).toISOString();
+  let s = isoCache.get(ms);
+  if (s === undefined) {
+    if (isoCache.size >= 50_000) isoCache.clear();
+    isoCache.set(ms, (s = new Date(ms).toISOString()));
+  }
+  return s;
 }
 
 /** Members the server owns; writing one is 422 "is read-only" (CONTRACT §6). */

@@ -266,7 +266,7 @@ export const orderRoutes: RouteDef[] = [
       const filterKey = `status=${status ?? ''}`;
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
       const after = decodeCursor(ctx.query, filterKey, sortKey);
-      const pages = await ctx.bus.gather({ kind: 'order.list', query: { tenant, filter: status, sort, dir, after, limit } });
+      const pages = await ctx.bus.gather({ kind: 'order.list', query: { tenant, filter: status, sort, dir, after, limit, withChildren: expand.has('items') } });
       const { rows, hasMore } = mergePages(pages, dir, limit);
       const orders = rows.map((r) => r.record);
       const { products } = await expansionProducts(ctx, orders, expand);

@@ -100,7 +100,7 @@ export const productRoutes: RouteDef[] = [
       const fields = parseFields(ctx.query, PRODUCT_FIELDS);
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
       const after = decodeCursor(ctx.query, '', sortKey);
-      const pages = await ctx.bus.gather({ kind: 'product.list', query: { tenant, filter: undefined, sort, dir, after, limit } });
+      const pages = await ctx.bus.gather({ kind: 'product.list', query: { tenant, filter: undefined, sort, dir, after, limit, withChildren: false } });
       const { rows, hasMore } = mergePages(pages, dir, limit);
       const last = rows[rows.length - 1];
       const links: Record<string, { href: string }> = { self: { href: pageHref(BASE, ctx.query, ctx.query.get('cursor') ?? undefined) } };
