@@ -1,0 +1,272 @@
+// The uWS edge over a real socket (embedded service on port 0, MAX_BODY_BYTES=4096): body limits
+// with Content-Length and chunked bodies, HEAD, bodiless 204/304 answers byte for byte, and
+// many concurrent requests on keep-alive connections.
+
+import anyTest, { type TestFn } from 'ava';
+import { Pool } from 'undici';
+import { loadConfig } from '../common/config.js';
+import { type Service, startService } from '../gateway/app.js';
+import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
+import { afterResponses, chunked, parseResponses, rawExchange, rawHeader, rawRequest, type RawResponse } from './helpers/raw-http.js';
+
+interface Context {
+  dir: string;
+  service: Service;
+  secret: string;
+}
+
+const test = anyTest as TestFn<Context>;
+const SECRET = 'http-edge-test-secret-0123456789abcdef';
+const LIMIT = 4096;
+
+test.before(async (t) => {
+  const dir = await tempDir('http-edge');
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, MAX_BODY_BYTES: String(LIMIT) });
+  t.context = { dir, service: await startService(config, silentLog()), secret: SECRET };
+});
+
+test.after.always(async (t) => {
+  await t.context.service?.close();
+  await removeDir(t.context.dir);
+});
+
+/** A valid order body of exactly `size` bytes: metadata values plus a note that tops it up. */
+function orderBodyOfSize(size: number): string {
+  const metadata: Record<string, string> = {};
+  const render = (note: string): string => JSON.stringify({ currency: 'EUR', note, metadata });
+  let i = 0;
+  while (render('').length + 2000 < size) metadata[`k${i++}`] = 'x'.repeat(500);
+  const body = render('y'.repeat(size - render('').length));
+  if (Buffer.byteLength(body) !== size) throw new Error(`cannot build a body of ${size} bytes`);
+  return body;
+}
+
+async function tenantToken(label: string): Promise<string> {
+  return token(SECRET, ALL_SCOPES, { tenant: freshTenant(label) });
+}
+
+async function listIds(t: { context: Context }, tok: string): Promise<string[]> {
+  const res = await fetch(`${t.context.service.url}/v1/orders?limit=100`, { headers: { authorization: `Bearer ${tok}` } });
+  if (res.status !== 200) throw new Error(`list answered ${res.status}`);
+  const body = (await res.json()) as { data: { id: string }[] };
+  return body.data.map((o) => o.id);
+}
+
+function only(rs: RawResponse[]): RawResponse {
+  if (rs.length !== 1) throw new Error(`expected one response, got ${rs.length}`);
+  return rs[0]!;
+}
+
+function asAnswer(r: RawResponse): { status: number; headers: Record<string, string>; text: string } {
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(r.headers)) headers[k] = v.join(', ');
+  return { status: r.status, headers, text: r.body.toString('utf8') };
+}
+
+test('a body exactly at the limit is accepted', async (t) => {
+  const tok = await tenantToken('at-limit');
+  const res = await fetch(`${t.context.service.url}/v1/orders`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
+    body: orderBodyOfSize(LIMIT),
+  });
+  t.is(res.status, 201);
+  t.is((await listIds(t, tok)).length, 1);
+});
+
+test('a Content-Length over the limit is refused with 413 before the body arrives, and the connection closes', async (t) => {
+  const tok = await tenantToken('cl-over');
+  const body = orderBodyOfSize(LIMIT + 1);
+  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Content-Length': String(body.length) });
+  // Send the head and a sliver of the body, then stall: the answer must not wait for the rest.
+  const ex = await rawExchange(t.context.service.port, { send: [head, body.slice(0, 100)], timeoutMs: 3000 });
+  t.true(ex.closed, 'the server closes the connection');
+  t.true((ex.closedAfterMs ?? Infinity) < 2000, `closed after ${ex.closedAfterMs} ms`);
+  const r = only(parseResponses(ex.bytes, ['POST']));
+  const p = assertProblem(t, asAnswer(r), 413, 'payload-too-large');
+  t.true(p.detail.includes(String(LIMIT)));
+  t.is(rawHeader(r, 'cache-control'), 'no-store');
+
+  // A client that sends the whole oversized body gets the same answer.
+  const whole = await rawExchange(t.context.service.port, { send: [head, body], timeoutMs: 3000 });
+  t.true(whole.closed);
+  assertProblem(t, asAnswer(only(parseResponses(whole.bytes, ['POST']))), 413, 'payload-too-large');
+
+  // A declared length past 2^31 is refused too. uWS's own parser drops that connection
+  // before our handler runs, so there may be no answer at all; never a success.
+  const huge = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Content-Length': '10000000000' });
+  const hugeEx = await rawExchange(t.context.service.port, { send: [huge, body], timeoutMs: 3000 });
+  t.true(hugeEx.closed);
+  t.true((hugeEx.closedAfterMs ?? Infinity) < 2000);
+  for (const r of parseResponses(hugeEx.bytes, ['POST'])) t.true(r.status >= 400, `answered ${r.status}`);
+
+  t.deepEqual(await listIds(t, tok), [], 'nothing was created');
+});
+
+test('a traceparent on a refused body sets the 413 trace id', async (t) => {
+  const trace = '0af7651916cd43dd8448eb211c80319c';
+  const req = rawRequest('POST', '/v1/orders', { 'Content-Type': 'application/json', 'Content-Length': String(LIMIT * 2), traceparent: `00-${trace}-b7ad6b7169203331-01` });
+  const ex = await rawExchange(t.context.service.port, { send: [req], timeoutMs: 3000 });
+  const r = only(parseResponses(ex.bytes, ['POST']));
+  t.is(assertProblem(t, asAnswer(r), 413, 'payload-too-large').traceId, trace);
+});
+
+test('a chunked body over the limit is refused with 413 and nothing is created', async (t) => {
+  const tok = await tenantToken('chunked-over');
+  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
+  const body = chunked(orderBodyOfSize(LIMIT * 2), 1000);
+  const ex = await rawExchange(t.context.service.port, { send: [head, body], timeoutMs: 3000 });
+  t.true(ex.closed, 'the server closes the connection');
+  assertProblem(t, asAnswer(only(parseResponses(ex.bytes, ['POST']))), 413, 'payload-too-large');
+
+  // Stalling after the limit is crossed still gets an answer at once.
+  const stalled = await rawExchange(t.context.service.port, { send: [head, chunked(orderBodyOfSize(LIMIT * 2), 1000).subarray(0, LIMIT + 200)], timeoutMs: 3000 });
+  t.true(stalled.closed);
+  t.true((stalled.closedAfterMs ?? Infinity) < 2000);
+  t.is(only(parseResponses(stalled.bytes, ['POST'])).status, 413);
+
+  t.deepEqual(await listIds(t, tok), [], 'nothing was created');
+});
+
+test('a chunked body under the limit is read whole and creates the order', async (t) => {
+  const tok = await tenantToken('chunked-ok');
+  const json = orderBodyOfSize(3000);
+  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', Connection: 'close' });
+  const ex = await rawExchange(t.context.service.port, { send: [head, chunked(json, 257)], timeoutMs: 5000 });
+  const r = only(parseResponses(ex.bytes, ['POST']));
+  t.is(r.status, 201, r.body.toString());
+  const created = JSON.parse(r.body.toString()) as { id: string; note: string; metadata: Record<string, string> };
+  const sent = JSON.parse(json) as { note: string; metadata: Record<string, string> };
+  t.is(created.note, sent.note);
+  t.deepEqual(created.metadata, sent.metadata);
+  t.is(rawHeader(r, 'location'), `/v1/orders/${created.id}`);
+  t.deepEqual(await listIds(t, tok), [created.id]);
+});
+
+async function createOrder(t: { context: Context }, tok: string, body: object = { currency: 'EUR' }): Promise<{ id: string; etag: string; text: string }> {
+  const res = await fetch(`${t.context.service.url}/v1/orders`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  if (res.status !== 201) throw new Error(`create answered ${res.status}: ${text}`);
+  return { id: (JSON.parse(text) as { id: string }).id, etag: res.headers.get('etag') ?? '', text };
+}
+
+test('HEAD answers the GET headers and Content-Length with no body', async (t) => {
+  const tok = await tenantToken('head');
+  const order = await createOrder(t, tok, { currency: 'EUR', note: 'héad ✓' });
+  const auth = { Authorization: `Bearer ${tok}` };
+  const path = `/v1/orders/${order.id}`;
+  // HEAD then GET on one connection: a stray HEAD body would be read as the next status line.
+  const ex = await rawExchange(t.context.service.port, {
+    send: [rawRequest('HEAD', path, auth), afterResponses(['HEAD']), rawRequest('GET', path, { ...auth, Connection: 'close' })],
+    timeoutMs: 5000,
+  });
+  const [head, get] = parseResponses(ex.bytes, ['HEAD', 'GET']);
+  t.truthy(head && get);
+  t.is(head!.status, 200);
+  t.is(get!.status, 200);
+  t.is(head!.body.length, 0);
+  t.is(Number(rawHeader(head!, 'content-length')), get!.body.length);
+  t.is(head!.headers['content-length']?.length, 1, 'exactly one Content-Length');
+  t.is(get!.body.toString(), order.text);
+  for (const h of ['etag', 'content-type', 'cache-control', 'vary']) t.is(rawHeader(head!, h), rawHeader(get!, h), h);
+  t.truthy(rawHeader(head!, 'trace-id'));
+
+  // A HEAD that fails is a problem without a body, too.
+  const missing = await rawExchange(t.context.service.port, {
+    send: [rawRequest('HEAD', '/v1/orders/ord_ff00000000000000000000', auth), afterResponses(['HEAD']), rawRequest('GET', '/v1', { Connection: 'close' })],
+    timeoutMs: 5000,
+  });
+  const [miss, root] = parseResponses(missing.bytes, ['HEAD', 'GET']);
+  t.is(miss!.status, 404);
+  t.is(miss!.body.length, 0);
+  t.is(root!.status, 200);
+});
+
+test('304 and 204 carry no body and no bogus Content-Length', async (t) => {
+  const tok = await tenantToken('bodiless');
+  const order = await createOrder(t, tok);
+  const auth = { Authorization: `Bearer ${tok}` };
+  const path = `/v1/orders/${order.id}`;
+  // The tag of the identity representation, which is what these raw requests ask for.
+  const first = only(parseResponses((await rawExchange(t.context.service.port, { send: [rawRequest('GET', path, { ...auth, Connection: 'close' })] })).bytes, ['GET']));
+  const etag = rawHeader(first, 'etag') ?? '';
+  t.regex(etag, /^"[^"]+"$/);
+  const ex = await rawExchange(t.context.service.port, {
+    send: [
+      rawRequest('GET', path, { ...auth, 'If-None-Match': etag }),
+      afterResponses(['GET']),
+      rawRequest('GET', path, { ...auth, 'If-None-Match': `"nope", W/${etag}` }),
+      afterResponses(['GET', 'GET']),
+      rawRequest('DELETE', path, auth),
+      afterResponses(['GET', 'GET', 'DELETE']),
+      rawRequest('GET', '/v1', { Connection: 'close' }),
+    ],
+    timeoutMs: 5000,
+  });
+  // parseResponses reads no body after a 304 or 204: any stray byte breaks the next status line.
+  const [notModified, weak, deleted, root] = parseResponses(ex.bytes, ['GET', 'GET', 'DELETE', 'GET']);
+  t.truthy(root, 'all four answered on one connection');
+  t.is(notModified!.status, 304);
+  t.is(rawHeader(notModified!, 'etag'), etag);
+  t.truthy(rawHeader(notModified!, 'cache-control'));
+  t.truthy(rawHeader(notModified!, 'vary'));
+  t.is(rawHeader(notModified!, 'transfer-encoding'), undefined);
+  // RFC 9110 §8.6: a 304 may only repeat the length the 200 would have had.
+  const cl304 = rawHeader(notModified!, 'content-length');
+  t.true(cl304 === undefined || Number(cl304) === first.body.length, `304 Content-Length ${cl304}`);
+  t.is(weak!.status, 304, 'If-None-Match uses weak comparison');
+  t.is(deleted!.status, 204);
+  t.is(rawHeader(deleted!, 'content-length'), undefined, 'RFC 9110 §8.6: no Content-Length on a 204');
+  t.is(rawHeader(deleted!, 'transfer-encoding'), undefined);
+  t.is(root!.status, 200);
+  t.true(ex.closed);
+});
+
+test('many concurrent requests on keep-alive connections are all answered', async (t) => {
+  const tok = await tenantToken('keepalive');
+  const auth = { authorization: `Bearer ${tok}` };
+  // Keep-alive without pipelining: uWS refuses a request pipelined behind one still pending on
+  // I/O (it supports only synchronous pipelining), and common clients do not pipeline.
+  const pool = new Pool(t.context.service.url, { connections: 8, pipelining: 1 });
+  let opened = 0;
+  pool.on('connect', () => opened++);
+  const creates = 200;
+  try {
+    const jobs = Array.from({ length: creates * 3 }, async (_, i) => {
+      if (i % 3 === 0) {
+        const res = await pool.request({
+          path: '/v1/orders',
+          method: 'POST',
+          headers: { ...auth, 'content-type': 'application/json' },
+          body: JSON.stringify({ currency: 'EUR', note: `n-${i}` }),
+        });
+        const body = (await res.body.json()) as { note: string };
+        return res.statusCode === 201 && body.note === `n-${i}`;
+      }
+      const path = i % 3 === 1 ? '/v1/orders?limit=5' : '/v1';
+      const res = await pool.request({ path, method: 'GET', headers: auth });
+      await res.body.json();
+      return res.statusCode === 200;
+    });
+    const results = await Promise.all(jobs);
+    t.is(results.filter(Boolean).length, results.length);
+  } finally {
+    await pool.close();
+  }
+  // Connections were reused, not one per request.
+  t.true(opened >= 1 && opened <= 8, `${opened} connections`);
+  const all: string[] = [];
+  let next: string | undefined = '/v1/orders?limit=100';
+  while (next) {
+    const res = await fetch(`${t.context.service.url}${next}`, { headers: auth });
+    const page = (await res.json()) as { data: { id: string }[]; _links: { next?: { href: string } } };
+    all.push(...page.data.map((o) => o.id));
+    next = page._links.next?.href;
+  }
+  t.is(all.length, creates);
+  t.is(new Set(all).size, creates, 'every create landed exactly once');
+});

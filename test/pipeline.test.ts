@@ -1,0 +1,482 @@
+// The gateway pipeline in process, no socket (STYLE 2): handle(request) → response. Covers the
+// error catalogue's shape, trace ids, negotiation, body parsing and validation, routing, auth
+// and tenancy, compression and ETags, and that an unexpected error never leaks.
+
+import { join } from 'node:path';
+import anyTest, { type TestFn } from 'ava';
+import type { Bus } from '../common/bus.js';
+import { loadConfig } from '../common/config.js';
+import { PARTITIONS } from '../common/ids.js';
+import { LocalBus } from '../common/local-bus.js';
+import { ActorHost } from '../actors/host.js';
+import { allRoutes } from '../gateway/app.js';
+import { Authenticator } from '../gateway/auth.js';
+import { BusClient } from '../gateway/bus-client.js';
+import { createGateway, type Gateway } from '../gateway/pipeline.js';
+import { route } from '../gateway/route.js';
+import {
+  ALL_SCOPES,
+  type Answer,
+  type Call,
+  type Problem,
+  answerOf,
+  assertProblem,
+  capturingLog,
+  freshTenant,
+  removeDir,
+  silentLog,
+  tempDir,
+  toRequest,
+  token,
+} from './helpers/edge-kit.js';
+
+interface Context {
+  dir: string;
+  host: ActorHost;
+  gateway: Gateway;
+  secret: string;
+  /** Full access for a tenant of its own. */
+  admin: string;
+  call(c: Call, gw?: Gateway): Promise<Answer>;
+}
+
+const test = anyTest as TestFn<Context>;
+const SECRET = 'pipeline-test-secret-0123456789abcdef';
+const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+
+test.before(async (t) => {
+  const dir = await tempDir('pipeline');
+  const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0' });
+  const log = silentLog();
+  const host = new ActorHost({
+    dataDir: join(dir, 'actors'),
+    partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)),
+    mailboxLimit: 1000,
+    log,
+  });
+  const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log });
+  t.context = {
+    dir,
+    host,
+    gateway,
+    secret: SECRET,
+    admin: await token(SECRET, ALL_SCOPES, { tenant: freshTenant('admin') }),
+    async call(c, gw = gateway) {
+      return answerOf(await gw.handle(toRequest(c)));
+    },
+  };
+});
+
+test.after.always(async (t) => {
+  await t.context.host?.close();
+  await removeDir(t.context.dir);
+});
+
+const bearer = (tok: string): Record<string, string> => ({ authorization: `Bearer ${tok}` });
+const json = { 'content-type': 'application/json' };
+
+async function createOrder(t: { context: Context }, tok: string, body: object = { currency: 'EUR' }): Promise<Record<string, unknown>> {
+  const a = await t.context.call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(tok), ...json }, body });
+  if (a.status !== 201) throw new Error(`create failed: ${a.status} ${a.text}`);
+  return a.json();
+}
+
+// ---- problem shape and trace ids ----
+
+test('every problem is problem+json with type, title, status, detail and the Trace-Id as traceId', async (t) => {
+  const { call, admin } = t.context;
+  const cases: [Call, number, string][] = [
+    [{ method: 'GET', path: '/v1/nothing-here' }, 404, 'not-found'],
+    [{ method: 'PUT', path: '/v1/orders', headers: bearer(admin) }, 405, 'method-not-allowed'],
+    [{ method: 'GET', path: '/v1/orders' }, 401, 'unauthenticated'],
+    [{ method: 'GET', path: '/v1/orders', headers: bearer(await token(SECRET, 'products:read')) }, 403, 'forbidden'],
+    [{ method: 'GET', path: '/v1/orders', headers: { ...bearer(admin), accept: 'text/html' } }, 406, 'not-acceptable'],
+    [{ method: 'GET', path: '/v1/orders', query: 'limit=0', headers: bearer(admin) }, 400, 'invalid-parameter'],
+    [{ method: 'GET', path: '/v1/orders', query: 'bogus=1', headers: bearer(admin) }, 400, 'invalid-parameter'],
+    [{ method: 'POST', path: '/v1/orders', headers: { ...bearer(admin), ...json }, body: '{' }, 400, 'malformed-request'],
+    [{ method: 'POST', path: '/v1/orders', headers: { ...bearer(admin), 'content-type': 'text/plain' }, body: '{}' }, 415, 'unsupported-media-type'],
+    [{ method: 'POST', path: '/v1/orders', headers: { ...bearer(admin), ...json }, body: {} }, 422, 'validation-failed'],
+    [{ method: 'GET', path: '/v1/orders/ord_ff00000000000000000000', headers: bearer(admin) }, 404, 'not-found'],
+  ];
+  for (const [c, status, slug] of cases) {
+    const a = await call(c);
+    assertProblem(t, a, status, slug);
+    t.regex(a.headers['trace-id'] ?? '', /^[0-9a-f]{32}$/);
+  }
+});
+
+test('a problem type resolves to a page documenting it', async (t) => {
+  const a = await t.context.call({ method: 'GET', path: '/problems/validation-failed' });
+  t.is(a.status, 200);
+  t.regex(a.headers['content-type'] ?? '', /^text\/html/);
+  t.true(a.text.includes('/problems/validation-failed'));
+});
+
+test('a valid W3C traceparent sets the trace id of answers and problems', async (t) => {
+  const { call, admin } = t.context;
+  const traceparent = `00-${TRACE}-00f067aa0ba902b7-01`;
+  const ok = await call({ method: 'GET', path: '/v1/orders', headers: { ...bearer(admin), traceparent } });
+  t.is(ok.status, 200);
+  t.is(ok.headers['trace-id'], TRACE);
+  const bad = await call({ method: 'GET', path: '/v1/nope', headers: { traceparent } });
+  const p = assertProblem(t, bad, 404, 'not-found');
+  t.is(p.traceId, TRACE);
+});
+
+test('an invalid traceparent is ignored: a fresh trace id is minted', async (t) => {
+  const invalid = [
+    'garbage',
+    `00-${TRACE.toUpperCase()}-00f067aa0ba902b7-01`, // hex must be lower case
+    `00-${TRACE.slice(1)}-00f067aa0ba902b7-01`, // trace id too short
+    '00-00000000000000000000000000000000-00f067aa0ba902b7-01', // all-zero trace id
+    `00-${TRACE}-0000000000000000-01`, // all-zero parent id
+    `ff-${TRACE}-00f067aa0ba902b7-01`, // version ff is forbidden
+    `00-${TRACE}-00f067aa0ba902b7`, // no flags
+  ];
+  const seen = new Set<string>();
+  for (const traceparent of invalid) {
+    const a = await t.context.call({ method: 'GET', path: '/v1', headers: { traceparent } });
+    t.is(a.status, 200);
+    const id = a.headers['trace-id'] ?? '';
+    t.regex(id, /^[0-9a-f]{32}$/);
+    t.not(id, TRACE, `traceparent ${traceparent} should be ignored`);
+    t.false(seen.has(id));
+    seen.add(id);
+  }
+});
+
+// ---- negotiation ----
+
+test('Accept: text/html on /v1/orders is 406', async (t) => {
+  const a = await t.context.call({ method: 'GET', path: '/v1/orders', headers: { ...bearer(t.context.admin), accept: 'text/html' } });
+  const p = assertProblem(t, a, 406, 'not-acceptable');
+  t.true(p.detail.includes('application/json'));
+});
+
+test('Accept: application/hal+json answers that media type, with its own ETag', async (t) => {
+  const { call, admin } = t.context;
+  const order = await createOrder(t, admin);
+  const path = `/v1/orders/${String(order.id)}`;
+  const hal = await call({ method: 'GET', path, headers: { ...bearer(admin), accept: 'application/hal+json' } });
+  t.is(hal.status, 200);
+  t.is(hal.headers['content-type'], 'application/hal+json');
+  t.deepEqual(hal.json(), order);
+  const plain = await call({ method: 'GET', path, headers: { ...bearer(admin), accept: 'application/json' } });
+  t.is(plain.headers['content-type'], 'application/json');
+  t.truthy(hal.headers.etag);
+  t.not(hal.headers.etag, plain.headers.etag);
+  t.regex(hal.headers.vary ?? '', /\bAccept\b/);
+  // Wildcards and q-values still land on a type we serve.
+  const star = await call({ method: 'GET', path, headers: { ...bearer(admin), accept: 'text/html;q=0.9, */*;q=0.1' } });
+  t.is(star.status, 200);
+  t.is(star.headers['content-type'], 'application/json');
+});
+
+// ---- request bodies ----
+
+test('POST with a wrong or missing Content-Type is 415', async (t) => {
+  const { call, admin } = t.context;
+  const body = JSON.stringify({ currency: 'EUR' });
+  for (const ctype of ['text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1', undefined]) {
+    const headers: Record<string, string> = bearer(admin);
+    if (ctype !== undefined) headers['content-type'] = ctype;
+    const a = await call({ method: 'POST', path: '/v1/orders', headers, body });
+    assertProblem(t, a, 415, 'unsupported-media-type');
+  }
+  // Parameters and case of the media type are fine.
+  const ok = await call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(admin), 'content-type': 'Application/JSON; charset=UTF-8' }, body });
+  t.is(ok.status, 201);
+});
+
+test('malformed JSON is 400 malformed-request', async (t) => {
+  const { call, admin } = t.context;
+  for (const body of ['{', '{"currency": "EUR",}', "{'currency': 'EUR'}", 'null x']) {
+    const a = await call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(admin), ...json }, body });
+    const p = assertProblem(t, a, 400, 'malformed-request');
+    t.regex(p.detail, /JSON/);
+  }
+});
+
+test('a body that is not valid UTF-8 is 400 malformed-request', async (t) => {
+  const body = Buffer.concat([Buffer.from('{"currency":"EUR","note":"'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('"}')]);
+  const a = await t.context.call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(t.context.admin), ...json }, body });
+  const p = assertProblem(t, a, 400, 'malformed-request');
+  t.regex(p.detail, /UTF-8/);
+});
+
+test('422 names every invalid member at once with RFC 6901 pointers', async (t) => {
+  const body = { id: 'ord_mine', total: 5, bogus: 1, note: 42, metadata: { 'a/b': 'x' }, items: [{ quantity: 0 }] };
+  const a = await t.context.call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(t.context.admin), ...json }, body });
+  const p = assertProblem(t, a, 422, 'validation-failed');
+  const errors = p.errors ?? [];
+  const byPointer = new Map(errors.map((e) => [e.pointer, e.detail]));
+  t.is(byPointer.get('/id'), 'is read-only');
+  t.is(byPointer.get('/total'), 'is read-only');
+  t.is(byPointer.get('/bogus'), 'is not a known member');
+  t.true(byPointer.has('/note'), 'bad type');
+  t.is(byPointer.get('/currency'), 'is required');
+  t.is(byPointer.get('/items/0/productId'), 'is required');
+  t.true(byPointer.has('/items/0/quantity'), 'below the minimum');
+  t.true(byPointer.has('/metadata/a~1b'), 'a member name with a slash is escaped per RFC 6901');
+  t.true(errors.length >= 8);
+  for (const e of errors) {
+    t.is(typeof e.detail, 'string');
+    t.regex(e.pointer ?? '', /^(\/[^/]*)+$/);
+  }
+  // Nothing was written.
+  const list = await t.context.call({ method: 'GET', path: '/v1/orders', headers: bearer(await token(SECRET, ALL_SCOPES, { tenant: 'never-used' })) });
+  t.deepEqual(list.json<{ data: unknown[] }>().data, []);
+});
+
+test('a bodyless endpoint refuses a body', async (t) => {
+  const a = await t.context.call({ method: 'GET', path: '/v1/orders', headers: { ...bearer(t.context.admin), ...json }, body: '{}' });
+  assertProblem(t, a, 415, 'unsupported-media-type');
+});
+
+// ---- routing ----
+
+test('an unknown route is 404, with or without a token', async (t) => {
+  const { call, admin } = t.context;
+  for (const path of ['/v1/nothing', '/v2/orders', '/v1/orders/', '/v1/orders/x/y/z/w']) {
+    assertProblem(t, await call({ method: 'GET', path }), 404, 'not-found');
+    assertProblem(t, await call({ method: 'GET', path, headers: bearer(admin) }), 404, 'not-found');
+  }
+});
+
+test('a wrong method is 405 with Allow; TRACE too', async (t) => {
+  const { call, admin } = t.context;
+  const list = await call({ method: 'DELETE', path: '/v1/orders', headers: bearer(admin) });
+  assertProblem(t, list, 405, 'method-not-allowed');
+  t.deepEqual((list.headers.allow ?? '').split(', ').sort(), ['GET', 'HEAD', 'POST']);
+
+  const one = await call({ method: 'POST', path: '/v1/orders/ord_ff00000000000000000000', headers: bearer(admin) });
+  assertProblem(t, one, 405, 'method-not-allowed');
+  t.deepEqual((one.headers.allow ?? '').split(', ').sort(), ['DELETE', 'GET', 'HEAD', 'PATCH', 'PUT']);
+
+  for (const path of ['/v1/orders', '/v1', '/v1/orders/ord_ff00000000000000000000']) {
+    const trace = await call({ method: 'TRACE', path, headers: bearer(admin) });
+    assertProblem(t, trace, 405, 'method-not-allowed');
+    t.false((trace.headers.allow ?? '').includes('TRACE'));
+  }
+});
+
+test('the version roots answer', async (t) => {
+  const root = await t.context.call({ method: 'GET', path: '/' });
+  t.is(root.status, 200);
+  t.truthy(root.json<{ _links: { v1: unknown } }>()._links.v1);
+  const v1 = await t.context.call({ method: 'GET', path: '/v1' });
+  t.is(v1.status, 200);
+  t.deepEqual(v1.json<{ _links: { orders: unknown } }>()._links.orders, { href: '/v1/orders' });
+});
+
+// ---- authentication and tenancy ----
+
+test('no token on a protected route is 401 with a Bearer challenge', async (t) => {
+  const a = await t.context.call({ method: 'GET', path: '/v1/orders' });
+  assertProblem(t, a, 401, 'unauthenticated');
+  t.regex(a.headers['www-authenticate'] ?? '', /^Bearer\b/);
+});
+
+function b64url(x: object): string {
+  return Buffer.from(JSON.stringify(x)).toString('base64url');
+}
+
+test('malformed, badly signed, expired and alg:none tokens are 401', async (t) => {
+  const { call } = t.context;
+  const now = Math.floor(Date.now() / 1000);
+  const claims = { sub: 'u1', scope: ALL_SCOPES, iat: now, exp: now + 3600 };
+  const valid = await token(SECRET, ALL_SCOPES);
+  const [h, p] = valid.split('.');
+  const bad: [string, string][] = [
+    ['not a jwt', 'Bearer abc'],
+    ['two segments', `Bearer ${h}.${p}`],
+    ['basic scheme', 'Basic dTE6cGFzcw=='],
+    ['empty bearer', 'Bearer '],
+    ['other secret', `Bearer ${await token('another-secret-entirely-0123456789', ALL_SCOPES)}`],
+    ['tampered payload', `Bearer ${h}.${b64url({ ...claims, scope: `${ALL_SCOPES} admin` })}.${valid.split('.')[2]}`],
+    ['expired', `Bearer ${await token(SECRET, ALL_SCOPES, { expiresIn: now - 60 })}`],
+    ['alg none, empty signature', `Bearer ${b64url({ alg: 'none', typ: 'JWT' })}.${b64url(claims)}.`],
+    ['alg none, no signature', `Bearer ${b64url({ alg: 'none', typ: 'JWT' })}.${b64url(claims)}`],
+    ['alg HS512', `Bearer ${b64url({ alg: 'HS512', typ: 'JWT' })}.${b64url(claims)}.${valid.split('.')[2]}`],
+  ];
+  for (const [why, authorization] of bad) {
+    const a = await call({ method: 'GET', path: '/v1/orders', headers: { authorization } });
+    t.is(a.status, 401, why);
+    assertProblem(t, a, 401, 'unauthenticated');
+    t.regex(a.headers['www-authenticate'] ?? '', /^Bearer\b/, why);
+  }
+  const expired = await call({ method: 'GET', path: '/v1/orders', headers: { authorization: bad[6]![1] } });
+  t.regex(JSON.parse(expired.text).detail as string, /expired/);
+});
+
+test('a valid token without the scope is 403', async (t) => {
+  const { call } = t.context;
+  const reader = await token(SECRET, 'orders:read');
+  const a = await call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(reader), ...json }, body: { currency: 'EUR' } });
+  const p = assertProblem(t, a, 403, 'forbidden');
+  t.true(p.detail.includes('orders:write'));
+  t.regex(a.headers['www-authenticate'] ?? '', /insufficient_scope/);
+  const none = await token(SECRET, '');
+  assertProblem(t, await call({ method: 'GET', path: '/v1/orders', headers: bearer(none) }), 403, 'forbidden');
+});
+
+test("another tenant's order is 404, never 403, for reads and writes", async (t) => {
+  const { call } = t.context;
+  const mine = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('a') });
+  const theirs = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('b') });
+  const order = await createOrder(t, mine);
+  const path = `/v1/orders/${String(order.id)}`;
+  assertProblem(t, await call({ method: 'GET', path, headers: bearer(theirs) }), 404, 'not-found');
+  assertProblem(t, await call({ method: 'PATCH', path, headers: { ...bearer(theirs), ...json }, body: { note: 'x' } }), 404, 'not-found');
+  assertProblem(t, await call({ method: 'DELETE', path, headers: bearer(theirs) }), 404, 'not-found');
+  assertProblem(t, await call({ method: 'POST', path: `${path}/cancel`, headers: bearer(theirs) }), 404, 'not-found');
+  const list = await call({ method: 'GET', path: '/v1/orders', headers: bearer(theirs) });
+  t.deepEqual(list.json<{ data: unknown[] }>().data, []);
+  // And it is untouched for its owner.
+  const back = await call({ method: 'GET', path, headers: bearer(mine) });
+  t.is(back.status, 200);
+  t.deepEqual(back.json(), order);
+});
+
+// ---- compression and ETags ----
+
+async function bigOrder(t: { context: Context }, tok: string): Promise<string> {
+  const p = await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'Widget', price: 250, currency: 'EUR' } });
+  if (p.status !== 201) throw new Error(p.text);
+  const productId = p.json<{ id: string }>().id;
+  const items = Array.from({ length: 30 }, (_, i) => ({ productId, quantity: i + 1 }));
+  const order = await createOrder(t, tok, { currency: 'EUR', note: 'a big one', items });
+  return `/v1/orders/${String(order.id)}`;
+}
+
+test('a large answer is br- or gzip-encoded as asked and decodes to the identity JSON', async (t) => {
+  const { call } = t.context;
+  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('zip') });
+  const path = await bigOrder(t, tok);
+  for (let i = 0; i < 4; i++) await createOrder(t, tok, { currency: 'EUR', note: `order ${i}`, metadata: { n: String(i) } });
+
+  for (const [p, query] of [[path, 'expand=items,items.product'], ['/v1/orders', 'limit=100']] as const) {
+    const ask = (ae: string | undefined): Promise<Answer> =>
+      call({ method: 'GET', path: p, query, headers: ae === undefined ? bearer(tok) : { ...bearer(tok), 'accept-encoding': ae } });
+    const identity = await ask(undefined);
+    t.is(identity.status, 200);
+    t.is(identity.headers['content-encoding'], undefined);
+    t.true(identity.raw.length >= 1024, `identity body is ${identity.raw.length} bytes`);
+
+    const br = await ask('br');
+    t.is(br.headers['content-encoding'], 'br');
+    t.true(br.raw.length < identity.raw.length);
+    t.deepEqual(br.json(), identity.json());
+    t.regex(br.headers.vary ?? '', /\bAccept-Encoding\b/);
+
+    const gz = await ask('gzip');
+    t.is(gz.headers['content-encoding'], 'gzip');
+    t.deepEqual(gz.json(), identity.json());
+
+    t.is((await ask('gzip, br')).headers['content-encoding'], 'br');
+    t.is((await ask('br;q=0.5, gzip')).headers['content-encoding'], 'gzip');
+    t.is((await ask('deflate')).headers['content-encoding'], undefined);
+    t.is((await ask('br;q=0, gzip;q=0')).headers['content-encoding'], undefined);
+
+    const tags = [identity, br, gz].map((a) => a.headers.etag);
+    t.true(tags.every((tag) => typeof tag === 'string' && /^"[^"]+"$/.test(tag)));
+    t.is(new Set(tags).size, 3, 'ETags differ per content coding');
+
+    // A tag is only good for its own coding.
+    const cross = await call({ method: 'GET', path: p, query, headers: { ...bearer(tok), 'accept-encoding': 'br', 'if-none-match': identity.headers.etag! } });
+    t.is(cross.status, 200);
+    t.is(cross.headers['content-encoding'], 'br');
+    const same = await call({ method: 'GET', path: p, query, headers: { ...bearer(tok), 'accept-encoding': 'br', 'if-none-match': br.headers.etag! } });
+    t.is(same.status, 304);
+    t.is(same.raw.length, 0);
+    t.is(same.headers.etag, br.headers.etag);
+  }
+});
+
+test('a body under 1 KiB stays identity whatever Accept-Encoding says', async (t) => {
+  const { call, admin } = t.context;
+  const order = await createOrder(t, admin);
+  const a = await call({ method: 'GET', path: `/v1/orders/${String(order.id)}`, headers: { ...bearer(admin), 'accept-encoding': 'gzip, br' } });
+  t.is(a.status, 200);
+  t.true(a.raw.length < 1024);
+  t.is(a.headers['content-encoding'], undefined);
+  t.deepEqual(a.json(), order);
+  const problem = await call({ method: 'GET', path: '/v1/nope', headers: { 'accept-encoding': 'br' } });
+  t.is(problem.headers['content-encoding'], undefined);
+  assertProblem(t, problem, 404, 'not-found');
+});
+
+// ---- unexpected errors ----
+
+const LEAK = 'secret internal host db1.internal';
+
+function assertNoLeak(t: { false(v: boolean, m?: string): void }, a: Answer): void {
+  for (const needle of ['secret', 'db1', 'internal host', 'Error:', '    at ', '.js:', 'stack']) {
+    t.false(a.text.includes(needle), `the body leaks ${JSON.stringify(needle)}: ${a.text}`);
+  }
+  for (const [k, v] of Object.entries(a.headers)) t.false(v.includes('db1'), `header ${k} leaks`);
+}
+
+test('a bus that throws is answered 500 internal with none of the error in the body', async (t) => {
+  const throwing: Bus = {
+    send() {
+      throw new Error(LEAK);
+    },
+    scatter() {
+      return Promise.reject(new Error(LEAK));
+    },
+    async close() {},
+  };
+  const lines: string[] = [];
+  const gw = createGateway({
+    routes: allRoutes(),
+    auth: new Authenticator(SECRET),
+    bus: new BusClient(throwing),
+    config: loadConfig({ DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET }),
+    log: capturingLog(lines),
+  });
+  const tok = await token(SECRET, ALL_SCOPES);
+  const calls: Call[] = [
+    { method: 'GET', path: '/v1/orders/ord_ff00000000000000000000', headers: bearer(tok) },
+    { method: 'GET', path: '/v1/orders', headers: bearer(tok) },
+    { method: 'POST', path: '/v1/orders', headers: { ...bearer(tok), ...json }, body: { currency: 'EUR' } },
+  ];
+  for (const c of calls) {
+    const a = await t.context.call({ ...c, headers: { ...c.headers, traceparent: `00-${TRACE}-00f067aa0ba902b7-01` } }, gw);
+    const p: Problem = assertProblem(t, a, 500, 'internal');
+    t.is(p.traceId, TRACE);
+    assertNoLeak(t, a);
+  }
+  // The operator still gets the whole story, keyed by the trace id.
+  const logged = lines.join('');
+  t.true(logged.includes(LEAK));
+  t.true(logged.includes(TRACE));
+  t.regex(logged, /"stack":"Error: secret internal host/);
+});
+
+test('a route that throws a non-ApiError is answered 500 internal without its message or stack', async (t) => {
+  const boom = route({
+    method: 'GET',
+    path: '/v1/boom',
+    operationId: 'boom',
+    summary: 'Throws.',
+    tag: 'test',
+    scope: undefined,
+    responses: {},
+    async handle() {
+      throw new TypeError(`Cannot read properties of undefined (reading 'x') at ${LEAK}`);
+    },
+  });
+  const gw = createGateway({
+    routes: [...allRoutes(), boom],
+    auth: new Authenticator(SECRET),
+    bus: new BusClient(new LocalBus(t.context.host, 5000)),
+    config: loadConfig({ DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET }),
+    log: silentLog(),
+  });
+  const a = await t.context.call({ method: 'GET', path: '/v1/boom' }, gw);
+  assertProblem(t, a, 500, 'internal');
+  assertNoLeak(t, a);
+  t.false(a.text.includes('TypeError'));
+  t.is(a.headers['cache-control'], 'no-store');
+});
