@@ -76,8 +76,14 @@ export class ActorHost implements ActorEndpoint {
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
     if (this.inflight >= this.inflightLimit) return UNAVAILABLE('The service is overloaded; retry shortly.');
     const bound = this.actorFor(cmd);
-    if (bound.def.isRead(cmd)) return this.turn(cmd, bound);
+    if (bound.def.isRead(cmd)) return this.readNow(cmd, bound);
     return this.enqueue(cmd.id, () => this.turn(cmd, bound));
+  }
+
+  read(cmd: Command): Result<unknown> | undefined {
+    if (!this.owns(cmd.partition)) return undefined;
+    const bound = this.actorFor(cmd);
+    return bound.def.isRead(cmd) ? this.readNow(cmd, bound) : undefined;
   }
 
   async query(q: Query): Promise<Result<unknown>> {
@@ -123,13 +129,31 @@ export class ActorHost implements ActorEndpoint {
     return { rows };
   }
 
+  /** The record as this caller may see it: another tenant's record does not exist for them (CONTRACT §3). */
+  private load(cmd: Command, bound: Bound): { stored: Versioned | undefined; current: Versioned | undefined } {
+    const stored = bound.table.get(cmd.id);
+    const current = stored && stored.tenant === cmd.tenant ? stored : undefined;
+    if (stored && !current && cmd.kind.endsWith('.create')) throw new ApiError('conflict', 'That id is taken.');
+    return { stored, current };
+  }
+
+  /** A read decides over committed state and writes nothing: no turn, no await. */
+  private readNow(cmd: Command, bound: Bound): Result<unknown> {
+    const stat = this.stat(cmd.kind);
+    const started = performance.now();
+    try {
+      return { ok: true, value: bound.def.decide(cmd, this.load(cmd, bound).current, Date.now()).reply };
+    } catch (err) {
+      return this.failed(stat, cmd.kind, err);
+    } finally {
+      stat.totalMs += performance.now() - started;
+    }
+  }
+
   /** One turn for one key: load, decide, commit durably, reply. */
-  private turn(cmd: Command & { id: string }, bound: Bound): Promise<Result<unknown>> {
+  private turn(cmd: Command, bound: Bound): Promise<Result<unknown>> {
     return this.wrapped(cmd.kind, async () => {
-      const stored = bound.table.get(cmd.id);
-      // Another tenant's record does not exist for this caller (CONTRACT §3: 404, never 403).
-      const current = stored && stored.tenant === cmd.tenant ? stored : undefined;
-      if (stored && !current && cmd.kind.endsWith('.create')) throw new ApiError('conflict', 'That id is taken.');
+      const { stored, current } = this.load(cmd, bound);
       const decision = bound.def.decide(cmd, current, Date.now());
       if (decision.next !== current) {
         await this.store.commit([{ table: bound.table as Table<unknown>, id: cmd.id, before: stored, after: decision.next }]);
@@ -138,20 +162,29 @@ export class ActorHost implements ActorEndpoint {
     });
   }
 
-  /** Every handler is wrapped the same way: count, time, turn errors into data, always reply. */
-  private async wrapped(kind: string, work: () => Promise<unknown> | unknown): Promise<Result<unknown>> {
-    const started = performance.now();
+  private stat(kind: string): Stat {
     let stat = this.stats.get(kind);
     if (!stat) this.stats.set(kind, (stat = { count: 0, errors: 0, totalMs: 0 }));
     stat.count++;
+    return stat;
+  }
+
+  private failed(stat: Stat, kind: string, err: unknown): Result<never> {
+    stat.errors++;
+    if (err instanceof ApiError) return { ok: false, error: toWire(err) };
+    this.opts.log.error({ err, kind }, 'actor handler failed');
+    return { ok: false, error: { code: 'internal', detail: 'The request could not be completed.' } };
+  }
+
+  /** Every handler is wrapped the same way: count, time, turn errors into data, always reply. */
+  private async wrapped(kind: string, work: () => Promise<unknown> | unknown): Promise<Result<unknown>> {
+    const started = performance.now();
+    const stat = this.stat(kind);
     this.inflight++;
     try {
       return { ok: true, value: await work() };
     } catch (err) {
-      stat.errors++;
-      if (err instanceof ApiError) return { ok: false, error: toWire(err) };
-      this.opts.log.error({ err, kind }, 'actor handler failed');
-      return { ok: false, error: { code: 'internal', detail: 'The request could not be completed.' } };
+      return this.failed(stat, kind, err);
     } finally {
       this.inflight--;
       stat.totalMs += performance.now() - started;

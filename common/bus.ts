@@ -10,6 +10,12 @@ export interface ActorEndpoint {
   handle(cmd: Command): Promise<Result<unknown>>;
   /** Answers a query for the partitions this host owns. Never throws. */
   query(q: Query): Promise<Result<unknown>>;
+  /**
+   * Answers a read from committed state at once, or undefined when `cmd` is not such a read.
+   * Reads need no turn, so an in-process caller skips the mailbox, the deadline and every
+   * promise in between (ARCHITECTURE: reads are one hop).
+   */
+  read?(cmd: Command): Result<unknown> | undefined;
 }
 
 export interface Bus {

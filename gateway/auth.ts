@@ -27,6 +27,13 @@ export class Authenticator {
     this.key = new TextEncoder().encode(secret);
   }
 
+  /** The caller if this exact header was verified before and has not expired; no await on the hot path. */
+  cached(header: string | undefined): Principal | undefined {
+    if (header === undefined || !header.startsWith('Bearer ')) return undefined;
+    const hit = this.cache.get(header.slice(7));
+    return hit && hit.expMs > Date.now() ? hit.principal : undefined;
+  }
+
   /** The caller, or undefined when no Authorization header was sent. Throws 401 for a bad one. */
   async authenticate(header: string | undefined): Promise<Principal | undefined> {
     if (header === undefined) return undefined;

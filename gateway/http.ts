@@ -106,16 +106,47 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
   });
 }
 
+/**
+ * Every header in one native call: the first name, then its value followed by the other lines.
+ * Each call into uWS costs more than building the string, and a response carries five or six
+ * headers. A CR or LF inside a value would forge a header line, so each value is checked on its
+ * own and any such byte becomes a space (values are ours; this guards against a bug, not a user).
+ */
+function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>): void {
+  let first: string | undefined;
+  let value = '';
+  for (const k in headers) {
+    let v = headers[k]!;
+    if (CR_OR_LF.test(v)) v = v.replace(CR_OR_LF_ALL, ' ');
+    if (first === undefined) {
+      first = k;
+      value = v;
+    } else {
+      value += `\r\n${k}: ${v}`;
+    }
+  }
+  if (first !== undefined) res.writeHeader(first, value);
+}
+
+const CR_OR_LF = /[\r\n]/;
+const CR_OR_LF_ALL = /[\r\n]/g;
+
 function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, isAborted: () => boolean): void {
   res.writeStatus(statusLine(r.status));
-  for (const k in r.headers) res.writeHeader(k, r.headers[k]!);
-  const body = r.body === undefined ? undefined : typeof r.body === 'string' ? Buffer.from(r.body) : r.body;
+  writeHeaders(res, r.headers);
   // endWithoutBody() takes no length here: this uWS build mis-writes an explicit one.
-  if (r.status === 204 || r.status === 304 || body === undefined) {
+  if (r.status === 204 || r.status === 304 || r.body === undefined) {
     res.endWithoutBody();
     if (close) res.close();
     return;
   }
+  // A short string goes to uWS as it is (at most 3 UTF-8 bytes a UTF-16 unit, so under the
+  // small-body bound); copying it into a Buffer first would only add an allocation.
+  if (typeof r.body === 'string' && r.body.length * 3 <= SMALL_BODY_BYTES && method !== 'HEAD') {
+    res.end(r.body, close);
+    return;
+  }
+  const body = typeof r.body === 'string' ? Buffer.from(r.body) : r.body;
   if (method === 'HEAD') {
     // RFC 9110 §9.3.2: the length the GET would have had, and no body.
     res.writeHeader('content-length', String(body.length));

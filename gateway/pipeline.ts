@@ -47,7 +47,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
   async function handle(req: GatewayRequest): Promise<GatewayResponse> {
     const traceId = traceIdOf(req.headers.traceparent);
     try {
-      const principal = await deps.auth.authenticate(req.headers.authorization);
+      const auth = req.headers.authorization;
+      const principal = deps.auth.cached(auth) ?? (await deps.auth.authenticate(auth));
       const match = router.match(req.method, req.path);
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
@@ -158,7 +159,9 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   };
   if (outcome.headers) Object.assign(headers, outcome.headers);
   if (outcome.location) headers.location = outcome.location;
-  if (outcome.body === undefined && outcome.text === undefined) return { status: outcome.status, headers, body: undefined };
+  if (outcome.body === undefined && outcome.text === undefined && outcome.render === undefined) {
+    return { status: outcome.status, headers, body: undefined };
+  }
 
   const isRead = ctx.req.method === 'GET' || ctx.req.method === 'HEAD';
   let tag: string | undefined;
@@ -167,7 +170,7 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
     // The answer is known before any byte is rendered: a matching tag costs no serialization.
     if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
   }
-  const text = outcome.text ?? JSON.stringify(outcome.body);
+  const text = outcome.text ?? serialize(outcome);
   const { bytes, coding } = await encodeBody(text, ctx.coding);
   if (outcome.tag === 'content') {
     tag = contentTag(bytes, ctx.media, coding);
@@ -177,6 +180,24 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   if (tag) headers.etag = tag;
   if (coding !== 'identity') headers['content-encoding'] = coding;
   return { status: outcome.status, headers, body: bytes };
+}
+
+// Renderings of versioned resources, keyed by (resource, version, variant): a version never
+// changes its bytes, so entries never go stale; they only age out. Safe to lose (ARCHITECTURE 4).
+const renderings = new Map<string, string>();
+const RENDERINGS_LIMIT = 20_000;
+
+function serialize(outcome: Outcome): string {
+  const render = (): string => JSON.stringify(outcome.render ? outcome.render() : outcome.body);
+  if (!outcome.cacheKey || !outcome.tag || outcome.tag === 'content') return render();
+  const key = `${outcome.cacheKey}|${outcome.tag.version}|${outcome.tag.variant}`;
+  let json = renderings.get(key);
+  if (json === undefined) {
+    json = render();
+    if (renderings.size >= RENDERINGS_LIMIT) renderings.delete(renderings.keys().next().value!);
+    renderings.set(key, json);
+  }
+  return json;
 }
 
 function notModified(headers: Record<string, string>, tag: string): GatewayResponse {

@@ -34,6 +34,13 @@ export interface Outcome {
   status: number;
   /** A JSON value, rendered in the negotiated media type. */
   body?: unknown;
+  /**
+   * Renders the body on demand; used with a version tag, so a 304 or a cached rendering of the
+   * same (key, version, variant) skips it.
+   */
+  render?: () => unknown;
+  /** Names the resource for the rendering cache; the tag's version and variant complete the key. */
+  cacheKey?: string;
   /** Already-rendered text (documentation pages), sent in the negotiated media type. */
   text?: string;
   /** version: a strong tag from the resource version and this variant; content: hash of the bytes. */

@@ -316,7 +316,12 @@ export const orderRoutes: RouteDef[] = [
       const expand = parseExpand(ctx.query, ORDER_EXPANDS);
       const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, orderIdOf(ctx)) });
       const { products, variant } = await expansionProducts(ctx, [order], expand);
-      return { status: 200, body: renderOrder(order, fields, expand, products), tag: { version: order.version, variant: variantOf(fields, expand, variant) } };
+      return {
+        status: 200,
+        render: () => renderOrder(order, fields, expand, products),
+        cacheKey: order.id,
+        tag: { version: order.version, variant: variantOf(fields, expand, variant) },
+      };
     },
   }),
 

@@ -146,7 +146,12 @@ export const productRoutes: RouteDef[] = [
     async handle(ctx) {
       const fields = parseFields(ctx.query, PRODUCT_FIELDS);
       const p = await ctx.bus.call({ kind: 'product.get', ...target(ctx, productIdOf(ctx)) });
-      return { status: 200, body: project(renderProduct(p), fields, new Set()), tag: { version: p.version, variant: variantOf(fields, new Set()) } };
+      return {
+        status: 200,
+        render: () => project(renderProduct(p), fields, new Set()),
+        cacheKey: p.id,
+        tag: { version: p.version, variant: variantOf(fields, new Set()) },
+      };
     },
   }),
 
