@@ -83,16 +83,21 @@ export class Store {
   }
 
   /**
-   * Commits the writes in one transaction and resolves once it is on disk. lmdb-js batches the
-   * async transactions of one event-loop turn into a single LMDB commit, so concurrent writers
-   * share one fsync (group commit).
+   * Commits the writes in one transaction and resolves once it is on disk. lmdb-js joins the
+   * transactions started in one event-loop turn into one LMDB commit and one fsync (group
+   * commit), on its write thread, so reads keep being served while the disk syncs.
    */
   async commit(writes: Write<unknown>[]): Promise<void> {
     if (this.closed) throw new Error('store is closed');
-    await this.root.transaction(() => {
+    const committed = this.root.transaction(() => {
       for (const w of writes) this.apply(w);
     });
-    await this.root.flushed;
+    // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
+    // pending when `then` is called: call it now, while that is ours. Awaited after the commit
+    // it would name whatever batch came next, and every write would wait one more fsync.
+    const flushed = this.root.flushed.then(() => undefined);
+    await committed;
+    await flushed;
   }
 
   private apply<T>(w: Write<T>): void {
@@ -101,7 +106,7 @@ export class Store {
     const newKeys = after === undefined ? [] : table.spec.indexKeys(after);
     const fresh = new Set(newKeys.map(keyString));
     const stale = new Set(oldKeys.map(keyString));
-    // Inside a transaction callback lmdb-js applies the *Sync forms to that transaction.
+    // Inside a transaction callback the *Sync forms write to that transaction.
     for (const k of oldKeys) if (!fresh.has(keyString(k))) this.index.removeSync([table.spec.name, ...k]);
     for (const k of newKeys) if (!stale.has(keyString(k))) this.index.putSync([table.spec.name, ...k], 1);
     if (after === undefined) table.db.removeSync(id);
@@ -138,6 +143,7 @@ export class Store {
   }
 }
 
+// Index keys are compared as values; NUL never occurs in the strings we index.
 function keyString(k: IndexKey): string {
-  return JSON.stringify(k);
+  return k.join('\u0000');
 }
