@@ -159,6 +159,20 @@ function compareCodePoints(a: string, b: string): number {
   return a.length === b.length ? 0 : a.length < b.length ? -1 : 1;
 }
 
+/**
+ * A page as JSON text from its members' cached renderings, and the fingerprint that determines
+ * those bytes: each member's id and version under the variant, hasMore, and the links.
+ */
+export function pageText(members: string[], hasMore: boolean, links: Record<string, { href: string }>): string {
+  return `{"data":[${members.join(',')}],"hasMore":${hasMore},"_links":${JSON.stringify(links)}}`;
+}
+
+export function pageFingerprint(records: { id: string; version: number }[], variant: string, hasMore: boolean, links: Record<string, { href: string }>): string {
+  let fp = `${variant}|${hasMore}|${JSON.stringify(links)}|`;
+  for (const r of records) fp += `${r.id}@${r.version},`;
+  return fp;
+}
+
 /** Rebuilds the request's query string with a new cursor, keeping every other parameter. */
 export function pageHref(path: string, query: URLSearchParams, cursor: string | undefined): string {
   const q = new URLSearchParams(query);

@@ -15,7 +15,7 @@ import type { BusClient } from './bus-client.js';
 import type { GatewayRequest, GatewayResponse } from './http-types.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
-import { contentTag, encodeBody, noneMatch, parseIfMatch, versionTag } from './representation.js';
+import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, parseIfMatch, versionTag } from './representation.js';
 import type { Ctx, Outcome, RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
@@ -166,7 +166,10 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   const isRead = ctx.req.method === 'GET' || ctx.req.method === 'HEAD';
   let tag: string | undefined;
   if (outcome.tag && outcome.tag !== 'content') {
-    tag = versionTag(outcome.tag.version, outcome.tag.variant, ctx.media, ctx.coding);
+    tag =
+      'version' in outcome.tag
+        ? versionTag(outcome.tag.version, outcome.tag.variant, ctx.media, ctx.coding)
+        : fingerprintTag(outcome.tag.fingerprint, ctx.media, ctx.coding);
     // The answer is known before any byte is rendered: a matching tag costs no serialization.
     if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
   }
@@ -182,22 +185,11 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   return { status: outcome.status, headers, body: bytes };
 }
 
-// Renderings of versioned resources, keyed by (resource, version, variant): a version never
-// changes its bytes, so entries never go stale; they only age out. Safe to lose (ARCHITECTURE 4).
-const renderings = new Map<string, string>();
-const RENDERINGS_LIMIT = 20_000;
-
 function serialize(outcome: Outcome): string {
-  const render = (): string => JSON.stringify(outcome.render ? outcome.render() : outcome.body);
-  if (!outcome.cacheKey || !outcome.tag || outcome.tag === 'content') return render();
-  const key = `${outcome.cacheKey}|${outcome.tag.version}|${outcome.tag.variant}`;
-  let json = renderings.get(key);
-  if (json === undefined) {
-    json = render();
-    if (renderings.size >= RENDERINGS_LIMIT) renderings.delete(renderings.keys().next().value!);
-    renderings.set(key, json);
+  if (outcome.cacheKey && outcome.tag && typeof outcome.tag === 'object' && 'version' in outcome.tag) {
+    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant, () => outcome.render?.() ?? outcome.body);
   }
-  return json;
+  return JSON.stringify(outcome.render ? outcome.render() : outcome.body);
 }
 
 function notModified(headers: Record<string, string>, tag: string): GatewayResponse {

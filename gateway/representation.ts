@@ -31,6 +31,28 @@ export function versionTag(version: number, variant: string, media: MediaType, c
   return `"${version}-${shortHash(`${variant}|${media}|${coding}`)}"`;
 }
 
+/** A tag over a fingerprint that determines the bytes (ids and versions of a page, its links). */
+export function fingerprintTag(fingerprint: string, media: MediaType, coding: Coding): string {
+  return `"f-${createHash('sha1').update(fingerprint).update(`|${media}|${coding}`).digest('base64url').slice(0, 16)}"`;
+}
+
+// Renderings of versioned resources as JSON text, keyed by (resource, version, variant): a
+// version never changes its bytes, so entries never go stale; they only age out. A single GET
+// and a list page share them. Safe to lose (ARCHITECTURE property 4).
+const renderings = new Map<string, string>();
+const RENDERINGS_LIMIT = 20_000;
+
+export function cachedRendering(key: string, version: number, variant: string, render: () => unknown): string {
+  const k = `${key}|${version}|${variant}`;
+  let json = renderings.get(k);
+  if (json === undefined) {
+    json = JSON.stringify(render());
+    if (renderings.size >= RENDERINGS_LIMIT) renderings.delete(renderings.keys().next().value!);
+    renderings.set(k, json);
+  }
+  return json;
+}
+
 export function contentTag(bytes: Buffer | string, media: MediaType, coding: Coding): string {
   return `"c-${createHash('sha1').update(bytes).update(`|${media}|${coding}`).digest('base64url').slice(0, 16)}"`;
 }

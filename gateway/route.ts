@@ -41,10 +41,14 @@ export interface Outcome {
   render?: () => unknown;
   /** Names the resource for the rendering cache; the tag's version and variant complete the key. */
   cacheKey?: string;
-  /** Already-rendered text (documentation pages), sent in the negotiated media type. */
+  /** Already-rendered text (documentation pages, JSON assembled from cached renderings). */
   text?: string;
-  /** version: a strong tag from the resource version and this variant; content: hash of the bytes. */
-  tag?: { version: number; variant: string } | 'content';
+  /**
+   * version: a strong tag from the resource version and this variant; fingerprint: a hash of
+   * something that determines the bytes (a page's ids, versions and links); content: a hash of
+   * the bytes themselves. The first two are known before rendering, so a 304 renders nothing.
+   */
+  tag?: { version: number; variant: string } | { fingerprint: string } | 'content';
   location?: string;
   /** Cache-Control; defaults to `private, no-cache` (CONTRACT §5). */
   cache?: string;

@@ -13,7 +13,9 @@ import {
   fieldsParam,
   invalidParameter,
   mergePages,
+  pageFingerprint,
   pageHref,
+  pageText,
   parseExpand,
   parseFields,
   parseLimit,
@@ -25,6 +27,7 @@ import {
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
 import { iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
+import { cachedRendering } from '../representation.js';
 
 const BASE = '/v1/orders';
 export const ORDER_FIELDS = ['id', 'status', 'currency', 'total', 'customerId', 'note', 'metadata', 'createdAt', 'updatedAt'] as const;
@@ -149,13 +152,16 @@ function renderOrder(o: OrderRecord, fields: Set<string> | undefined, expand: Se
   return project(rep, fields, expand);
 }
 
-/** Products embedded by expand=items.product; their versions join the ETag variant. */
-async function expansionProducts(ctx: Ctx, orders: OrderRecord[], expand: Set<string>): Promise<{ products: Map<string, ProductRecord> | undefined; variant: string }> {
-  if (!expand.has('items.product')) return { products: undefined, variant: '' };
-  const ids = new Set(orders.flatMap((o) => o.items.map((i) => i.productId)));
-  const products = await fetchProducts(ctx, ids);
-  const variant = [...ids].sort().map((id) => `${id}@${products.get(id)?.version ?? 0}`).join(',');
-  return { products, variant };
+/** Products embedded by expand=items.product. */
+async function expansionProducts(ctx: Ctx, orders: OrderRecord[], expand: Set<string>): Promise<Map<string, ProductRecord> | undefined> {
+  if (!expand.has('items.product')) return undefined;
+  return fetchProducts(ctx, new Set(orders.flatMap((o) => o.items.map((i) => i.productId))));
+}
+
+/** What, beside its version, decides an order's bytes: fields, expand, embedded products' versions. */
+function orderVariant(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined): string {
+  const embedded = products ? [...new Set(o.items.map((i) => i.productId))].sort().map((id) => `${id}@${products.get(id)?.version ?? 0}`).join(',') : '';
+  return variantOf(fields, expand, embedded);
 }
 
 // ---- request helpers ----
@@ -269,14 +275,15 @@ export const orderRoutes: RouteDef[] = [
       const pages = await ctx.bus.gather({ kind: 'order.list', query: { tenant, filter: status, sort, dir, after, limit, withChildren: expand.has('items') } });
       const { rows, hasMore } = mergePages(pages, dir, limit);
       const orders = rows.map((r) => r.record);
-      const { products } = await expansionProducts(ctx, orders, expand);
+      const products = await expansionProducts(ctx, orders, expand);
       const last = rows[rows.length - 1];
       const links: Record<string, { href: string }> = { self: { href: pageHref(BASE, ctx.query, ctx.query.get('cursor') ?? undefined) } };
       if (hasMore && last) links.next = { href: pageHref(BASE, ctx.query, encodeCursor(filterKey, sortKey, last.v, last.record.id)) };
+      const variants = orders.map((o) => orderVariant(o, fields, expand, products));
       return {
         status: 200,
-        body: { data: orders.map((o) => renderOrder(o, fields, expand, products)), hasMore, _links: links },
-        tag: 'content',
+        text: pageText(orders.map((o, i) => cachedRendering(o.id, o.version, variants[i]!, () => renderOrder(o, fields, expand, products))), hasMore, links),
+        tag: { fingerprint: pageFingerprint(orders, variants.join(';'), hasMore, links) },
       };
     },
   }),
@@ -315,12 +322,12 @@ export const orderRoutes: RouteDef[] = [
       const fields = parseFields(ctx.query, ORDER_FIELDS);
       const expand = parseExpand(ctx.query, ORDER_EXPANDS);
       const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, orderIdOf(ctx)) });
-      const { products, variant } = await expansionProducts(ctx, [order], expand);
+      const products = await expansionProducts(ctx, [order], expand);
       return {
         status: 200,
         render: () => renderOrder(order, fields, expand, products),
         cacheKey: order.id,
-        tag: { version: order.version, variant: variantOf(fields, expand, variant) },
+        tag: { version: order.version, variant: orderVariant(order, fields, expand, products) },
       };
     },
   }),

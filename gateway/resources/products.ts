@@ -10,7 +10,9 @@ import {
   encodeCursor,
   fieldsParam,
   mergePages,
+  pageFingerprint,
   pageHref,
+  pageText,
   parseFields,
   parseLimit,
   parseSort,
@@ -19,6 +21,7 @@ import {
   variantOf,
 } from '../collection.js';
 import { type Ctx, type JsonSchema, type RouteDef, principalOf, route } from '../route.js';
+import { cachedRendering } from '../representation.js';
 import { collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY } from './common.js';
 
 const BASE = '/v1/products';
@@ -105,7 +108,13 @@ export const productRoutes: RouteDef[] = [
       const last = rows[rows.length - 1];
       const links: Record<string, { href: string }> = { self: { href: pageHref(BASE, ctx.query, ctx.query.get('cursor') ?? undefined) } };
       if (hasMore && last) links.next = { href: pageHref(BASE, ctx.query, encodeCursor('', sortKey, last.v, last.record.id)) };
-      return { status: 200, body: { data: rows.map((r) => project(renderProduct(r.record), fields, new Set())), hasMore, _links: links }, tag: 'content' };
+      const variant = variantOf(fields, new Set());
+      const products = rows.map((r) => r.record);
+      return {
+        status: 200,
+        text: pageText(products.map((p) => cachedRendering(p.id, p.version, variant, () => project(renderProduct(p), fields, new Set()))), hasMore, links),
+        tag: { fingerprint: pageFingerprint(products, variant, hasMore, links) },
+      };
     },
   }),
 
