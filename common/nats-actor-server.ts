@@ -20,7 +20,7 @@ import {
   settleWithin,
   type WireReply,
 } from './nats-wire.js';
-import type { Result } from '../proto/messages.js';
+import type { Command, Result } from '../proto/messages.js';
 
 export interface ActorServerOptions {
   /** Stable name; becomes the subject token, so letters, digits, '-' and '_' only. */
@@ -82,6 +82,16 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
     }
   }
 
+  function guardedRead(cmd: Command): Result<unknown> | undefined {
+    try {
+      return endpoint.read?.(cmd);
+    } catch (err) {
+      stats.errors++;
+      log(`actor read failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      return INTERNAL;
+    }
+  }
+
   async function answer(msg: Msg): Promise<WireReply> {
     const req = decodeRequest(msg.data);
     if ('query' in req) {
@@ -89,10 +99,13 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
       return { results: [await guarded(() => endpoint.query(req.query))] };
     }
     stats.commands += req.commands.length;
-    const results = await Promise.all(
-      req.commands.map((cmd) => (owned.has(cmd.partition) ? guarded(() => endpoint.handle(cmd)) : Promise.resolve(NOT_OWNED))),
-    );
-    return { results };
+    const results = req.commands.map((cmd): Result<unknown> | Promise<Result<unknown>> => {
+      if (!owned.has(cmd.partition)) return NOT_OWNED;
+      // Reads are answered at once from committed state; only writes wait for a turn.
+      const read = guardedRead(cmd);
+      return read ?? guarded(() => endpoint.handle(cmd));
+    });
+    return { results: await Promise.all(results) };
   }
 
   async function serve(msg: Msg): Promise<void> {
