@@ -99,13 +99,20 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
       return { results: [await guarded(() => endpoint.query(req.query))] };
     }
     stats.commands += req.commands.length;
-    const results = req.commands.map((cmd): Result<unknown> | Promise<Result<unknown>> => {
-      if (!owned.has(cmd.partition)) return NOT_OWNED;
+    const results: Result<unknown>[] = new Array<Result<unknown>>(req.commands.length);
+    const writes: Promise<void>[] = [];
+    req.commands.forEach((cmd, i) => {
+      if (!owned.has(cmd.partition)) {
+        results[i] = NOT_OWNED;
+        return;
+      }
       // Reads are answered at once from committed state; only writes wait for a turn.
       const read = guardedRead(cmd);
-      return read ?? guarded(() => endpoint.handle(cmd));
+      if (read) results[i] = read;
+      else writes.push(guarded(() => endpoint.handle(cmd)).then((r) => void (results[i] = r)));
     });
-    return { results: await Promise.all(results) };
+    if (writes.length > 0) await Promise.all(writes);
+    return { results };
   }
 
   async function serve(msg: Msg): Promise<void> {
