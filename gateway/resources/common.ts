@@ -1,7 +1,20 @@
 // Schema pieces and renderers every resource module shares.
 
-import { PROBLEMS, type ProblemSlug } from '../../common/errors.js';
-import type { JsonSchema } from '../route.js';
+import { ApiError, PROBLEMS, type ProblemSlug } from '../../common/errors.js';
+import { parseId, partitionOf, type IdKind } from '../../common/ids.js';
+import { type Ctx, type JsonSchema, principalOf } from '../route.js';
+
+/** The id in a path parameter, or 404: a string that cannot be such an id names nothing. */
+export function idParam(ctx: Ctx, kind: IdKind, param: string, noun: string): string {
+  const id = parseId(kind, ctx.params[param] ?? '');
+  if (!id) throw new ApiError('not-found', `No ${noun} with that id.`);
+  return id;
+}
+
+/** Addresses a command to the owner of `id`, in the caller's tenant. */
+export function target(ctx: Ctx, id: string): { tenant: string; partition: number; id: string } {
+  return { tenant: principalOf(ctx).tenant, partition: partitionOf(id), id };
+}
 
 // Timestamps repeat (every read of a record renders the same two); formatting one costs more
 // than the rest of an order's rendering, so recent ones are kept.

@@ -25,7 +25,7 @@ import {
   variantOf,
 } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
-import { iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, collectionSchema, linksSchema, problemResponses } from './common.js';
+import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering } from '../representation.js';
 
@@ -167,13 +167,7 @@ function orderVariant(o: OrderRecord, fields: Set<string> | undefined, expand: S
 // ---- request helpers ----
 
 function orderIdOf(ctx: Ctx): string {
-  const id = parseId('order', ctx.params.orderId ?? '');
-  if (!id) throw new ApiError('not-found', 'No order with that id.');
-  return id;
-}
-
-function target(ctx: Ctx, id: string): { tenant: string; partition: number; id: string } {
-  return { tenant: principalOf(ctx).tenant, partition: partitionOf(id), id };
+  return idParam(ctx, 'order', 'orderId', 'order');
 }
 
 function orderOutcome(ctx: Ctx, o: OrderRecord, status = 200, location?: string): Outcome {

@@ -22,7 +22,7 @@ import {
 } from '../collection.js';
 import { type Ctx, type JsonSchema, type RouteDef, principalOf, route } from '../route.js';
 import { cachedRendering } from '../representation.js';
-import { collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY } from './common.js';
+import { idParam, target, collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY } from './common.js';
 
 const BASE = '/v1/products';
 const PRODUCT_FIELDS = ['id', 'name', 'price', 'currency', 'createdAt', 'updatedAt'] as const;
@@ -72,13 +72,7 @@ export async function fetchProducts(ctx: Ctx, ids: Iterable<string>): Promise<Ma
 }
 
 function productIdOf(ctx: Ctx): string {
-  const id = parseId('product', ctx.params.productId ?? '');
-  if (!id) throw new ApiError('not-found', 'No product with that id.');
-  return id;
-}
-
-function target(ctx: Ctx, id: string): { tenant: string; partition: number; id: string } {
-  return { tenant: principalOf(ctx).tenant, partition: partitionOf(id), id };
+  return idParam(ctx, 'product', 'productId', 'product');
 }
 
 function outcome(p: ProductRecord, status = 200, location?: string) {

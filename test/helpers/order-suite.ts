@@ -138,6 +138,24 @@ const cursorOf = (href: string): string => new URL(href, 'http://x').searchParam
 
 // ---- the suite ----
 
+/** Starts the service once for the file, runs the whole suite against it, and stops it after. */
+export function runOrderSuiteAgainst(test: TestFn<SuiteContext>, start: () => Promise<RunningService>): void {
+  test.before(async (t) => {
+    const service = await start();
+    t.context.service = service;
+    t.context.api = new Api(service.url, service.secret);
+  });
+
+  test.after.always(async (t) => {
+    // The context is partly filled when before() failed half-way.
+    const { api, service } = t.context as Partial<SuiteContext>;
+    await api?.close();
+    await service?.close();
+  });
+
+  registerOrderSuite(test);
+}
+
 export function registerOrderSuite(test: TestFn<SuiteContext>): void {
   // ---------------- products ----------------
 
