@@ -1,0 +1,171 @@
+// The servers a scenario compares: the uWS ceiling, the Fastify peer, and the service itself in
+// embedded or cluster mode. Each is one or more child processes; `stop()` ends them and removes
+// any temporary data.
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { call } from './http.js';
+import { benchEntry, projectRoot, serviceActorsMain, serviceGatewayMain } from './paths.js';
+import { startProcess, type Proc } from './proc.js';
+import { benchSecret } from './token.js';
+
+export type ServerKind = 'uws-ceiling' | 'fastify-peer' | 'service' | 'service-cluster';
+
+export interface Subject {
+  kind: ServerKind;
+  url: string;
+  /** Processes doing the serving; their CPU is reported and the first one's RSS is "the" RSS. */
+  procs: Proc[];
+  dataDir?: string;
+  stop(): Promise<void>;
+}
+
+const baseEnv = { PORT: '0', HOST: '127.0.0.1' };
+
+export async function startCeiling(): Promise<Subject> {
+  const { cmd, args } = benchEntry('baselines/uws-ceiling.js');
+  const p = await startProcess({ name: 'uws-ceiling', cmd, args, env: baseEnv });
+  return { kind: 'uws-ceiling', url: p.url, procs: [p], stop: () => p.stop() };
+}
+
+export async function startFastify(): Promise<Subject> {
+  const { cmd, args } = benchEntry('baselines/fastify-peer.js');
+  const p = await startProcess({ name: 'fastify-peer', cmd, args, env: baseEnv });
+  return { kind: 'fastify-peer', url: p.url, procs: [p], stop: () => p.stop() };
+}
+
+/** Command line for one of the service's entry points, started through bench/lib/launch. */
+function serviceCommand(entry: string, env: Record<string, string>): { cmd: string; args: string[]; env: Record<string, string> } {
+  const { cmd, args } = benchEntry('lib/launch.js');
+  return { cmd, args, env: { ...env, BENCH_ENTRY: entry } };
+}
+
+export function serviceBuilt(): boolean {
+  return existsSync(serviceGatewayMain);
+}
+
+/**
+ * Settings every run of the service gets. The rate limiter stays in the pipeline (its cost is
+ * part of the figures) but with a budget no benchmark reaches: one principal drives all load.
+ */
+function serviceEnv(dataDir: string, extra: Record<string, string>): Record<string, string> {
+  return {
+    ...baseEnv,
+    DATA_DIR: dataDir,
+    AUTH_JWT_SECRET: benchSecret,
+    LOG_LEVEL: 'warn',
+    RATE_LIMIT_PER_SECOND: '10000000',
+    RATE_LIMIT_BURST: '10000000',
+    ...extra,
+  };
+}
+
+export interface ServiceOptions {
+  /** Reuse this data directory (it is then not removed on stop). */
+  dataDir?: string;
+  env?: Record<string, string>;
+}
+
+export async function startService(opts: ServiceOptions = {}): Promise<Subject> {
+  const owned = opts.dataDir === undefined;
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'bench-data-'));
+  try {
+    const p = await startProcess({
+      name: 'service',
+      cwd: projectRoot,
+      ...serviceCommand(serviceGatewayMain, serviceEnv(dataDir, opts.env ?? {})),
+    });
+    return {
+      kind: 'service',
+      url: p.url,
+      procs: [p],
+      dataDir,
+      stop: async () => {
+        await p.stop();
+        if (owned) rmSync(dataDir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    if (owned) rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Cluster mode: nats-server on a random port, one actor node, one gateway. The order of the
+ * returned procs is gateway, actor node, nats-server.
+ */
+export async function startCluster(token: string): Promise<Subject> {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-cluster-'));
+  const started: Proc[] = [];
+  const stopAll = async (): Promise<void> => {
+    for (const p of [...started].reverse()) await p.stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const natsPort = await freePort();
+    const natsUrl = `nats://127.0.0.1:${natsPort}`;
+    const nats = await startProcess({
+      name: 'nats-server',
+      cmd: 'nats-server',
+      args: ['-a', '127.0.0.1', '-p', String(natsPort), '-js', '-sd', join(dir, 'js')],
+      ready: /Server is ready/,
+    });
+    started.push(nats);
+    const actor = await startProcess({
+      name: 'actors',
+      cwd: projectRoot,
+      ...serviceCommand(serviceActorsMain, serviceEnv(join(dir, 'a1'), { NATS_URL: natsUrl, NODE_ID: 'a1' })),
+      // The actor node's ready line is not part of the contract: wait a little for anything
+      // that looks like one, then rely on the gateway's end-to-end probe below.
+      ready: /ready|listening|started|serving|partitions/i,
+      readyTimeoutMs: 5000,
+      readyOptional: true,
+    });
+    started.push(actor);
+    const gateway = await startProcess({
+      name: 'gateway',
+      cwd: projectRoot,
+      ...serviceCommand(serviceGatewayMain, serviceEnv(join(dir, 'gw'), { NATS_URL: natsUrl })),
+    });
+    started.push(gateway);
+    // Ready means a write goes all the way to the actor node and back.
+    const deadline = Date.now() + 30_000;
+    let last = '';
+    for (;;) {
+      try {
+        const r = await call(`${gateway.url}/v1/orders`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body: '{"currency":"EUR","items":[]}',
+          timeoutMs: 5000,
+        });
+        if (r.status === 201) break;
+        last = `${r.status} ${r.body.slice(0, 200)}`;
+      } catch (err) {
+        last = String(err);
+      }
+      if (Date.now() > deadline) throw new Error(`cluster never created an order; last answer: ${last}`);
+      await sleep(250);
+    }
+    return { kind: 'service-cluster', url: gateway.url, procs: [gateway, actor, nats], dataDir: dir, stop: stopAll };
+  } catch (err) {
+    const tails = started.map((p) => `  ${p.name}:\n${p.tail()}`).join('\n');
+    await stopAll();
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\n${tails}`, { cause: err });
+  }
+}
