@@ -33,6 +33,8 @@ export interface RangeQuery {
   limit: number;
 }
 
+const MAP_SIZE = 256 * 1024 ** 3;
+
 // Above every key element we store. ordered-binary writes strings as UTF-8, so no string is a
 // safe ceiling: '\uffff' sorts below every character past U+FFFF, emoji included, and a product
 // named '🍕 ...' would fall out of name-sorted lists. A single 0xff byte is ordered-binary's
@@ -67,6 +69,10 @@ export class Store {
       // Records share msgpack structures so repeated member names cost nothing on disk.
       sharedStructuresKey: Symbol.for('structures'),
       maxDbs: 32,
+      // One fixed map the size of the largest database we allow. Without it lmdb-js grows the
+      // map by mapping the file again, and every mapping counts the same pages in RSS once more.
+      // Address space is cheap on 64-bit; the file itself grows only as data is written.
+      mapSize: MAP_SIZE,
       // Durability is required: never noSync. overlappingSync (the default on Linux) lets the
       // next transaction start while the previous one flushes; we await `flushed` before acking.
     });
