@@ -70,6 +70,8 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
     reconnect: true,
     maxReconnectAttempts: -1,
     reconnectTimeWait: RECONNECT_WAIT_MS,
+    // No Error captured per request for async stack traces: it costs more than the request.
+    noAsyncTraces: true,
   });
 
   async function guarded(work: () => Promise<Result<unknown>>): Promise<Result<unknown>> {

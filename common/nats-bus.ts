@@ -399,6 +399,8 @@ export async function connectNatsBus(url: string, opts: NatsBusOptions): Promise
       reconnect: true,
       maxReconnectAttempts: -1,
       reconnectTimeWait: RECONNECT_WAIT_MS,
+      // No Error captured per request for async stack traces: it costs more than the request.
+      noAsyncTraces: true,
     });
   } catch (err) {
     throw new Error(`cannot connect to NATS at ${url}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
