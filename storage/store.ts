@@ -6,7 +6,7 @@
 
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { open, type Database, type Key, type RootDatabase } from 'lmdb';
+import { open, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
 export type IndexKey = (string | number)[];
 
@@ -64,7 +64,7 @@ export class Store {
   /** Opens (or creates) the node's state file inside `dir`. */
   static open(dir: string): Store {
     mkdirSync(dir, { recursive: true });
-    const root = open({
+    const options: RootDatabaseOptionsWithPath & { noReadAhead: boolean } = {
       path: join(dir, 'state.mdb'),
       // Records share msgpack structures so repeated member names cost nothing on disk.
       sharedStructuresKey: Symbol.for('structures'),
@@ -73,9 +73,14 @@ export class Store {
       // map by mapping the file again, and every mapping counts the same pages in RSS once more.
       // Address space is cheap on 64-bit; the file itself grows only as data is written.
       mapSize: MAP_SIZE,
+      // Reads are point lookups and short scans: reading ahead around every page fault only
+      // fills RSS with pages no request asked for (MDB_NORDAHEAD; open.js reads it, the
+      // typings lack it).
+      noReadAhead: true,
       // Durability is required: never noSync. overlappingSync (the default on Linux) lets the
       // next transaction start while the previous one flushes; we await `flushed` before acking.
-    });
+    };
+    const root = open(options);
     return new Store(root);
   }
 
@@ -131,7 +136,7 @@ export class Store {
     for (const key of this.index.getKeys(range)) {
       const k = key as (string | number)[];
       const v = k[width];
-      const id = k[width + 1];
+      const id = k[k.length - 1];
       if (v === undefined || typeof id !== 'string') continue;
       // getRange's start is inclusive; the keyset position itself was already served.
       if (q.after && v === q.after[0] && id === q.after[1]) continue;
@@ -149,7 +154,8 @@ export class Store {
   }
 }
 
-// Index keys are compared as values; NUL never occurs in the strings we index.
+// Index keys are compared as values. The strings we index hold no control characters (the
+// schemas and the token check refuse them), so NUL cannot make two keys look alike.
 function keyString(k: IndexKey): string {
   return k.join('\u0000');
 }
