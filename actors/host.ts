@@ -74,10 +74,21 @@ export class ActorHost implements ActorEndpoint {
 
   async handle(cmd: Command): Promise<Result<unknown>> {
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
-    if (this.inflight >= this.inflightLimit) return UNAVAILABLE('The service is overloaded; retry shortly.');
     const bound = this.actorFor(cmd);
     if (bound.def.isRead(cmd)) return this.readNow(cmd, bound);
-    return this.enqueue(cmd.id, () => this.turn(cmd, bound));
+    // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
+    if (this.inflight >= this.inflightLimit) return UNAVAILABLE('The service is overloaded; retry shortly.');
+    const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
+    this.inflight++;
+    try {
+      return await this.enqueue(cmd.id, () => {
+        // The sender gave up on it (and answered 503): running it now would surprise a retry.
+        if (performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
+        return this.turn(cmd, bound);
+      });
+    } finally {
+      this.inflight--;
+    }
   }
 
   read(cmd: Command): Result<unknown> | undefined {
@@ -123,8 +134,9 @@ export class ActorHost implements ActorEndpoint {
     for (const { v, id } of ids) {
       const record = bound.table.get(id);
       // An index entry is written in the record's transaction, so a miss means a concurrent
-      // delete committed between the scan and the get: skip it.
-      if (record) rows.push({ v, record: !query.withChildren && bound.def.slim ? bound.def.slim(record) : record });
+      // delete committed between the scan and the get. The tenant and id checks are a second
+      // wall: whatever a key decodes to, a page only ever holds the caller's own records.
+      if (record && record.tenant === query.tenant && record.id === id) rows.push({ v, record: !query.withChildren && bound.def.slim ? bound.def.slim(record) : record });
     }
     return { rows };
   }
@@ -180,13 +192,11 @@ export class ActorHost implements ActorEndpoint {
   private async wrapped(kind: string, work: () => Promise<unknown> | unknown): Promise<Result<unknown>> {
     const started = performance.now();
     const stat = this.stat(kind);
-    this.inflight++;
     try {
       return { ok: true, value: await work() };
     } catch (err) {
       return this.failed(stat, kind, err);
     } finally {
-      this.inflight--;
       stat.totalMs += performance.now() - started;
     }
   }

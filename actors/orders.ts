@@ -12,6 +12,7 @@ import type { CommandOf, OrderRecord, ItemRecord, OrderInput, OrderPatch, ListQu
 import { type ActorDef, checkIfMatch, existing } from './actor.js';
 
 export const MAX_ITEMS_PER_ORDER = 100;
+export const MAX_METADATA_KEYS = 50;
 export const ORDER_SORTS = ['createdAt', 'total'] as const;
 
 type OrderCommand = CommandOf<
@@ -55,7 +56,15 @@ function applyPatch(order: OrderRecord, patch: OrderPatch): Partial<OrderRecord>
   if (patch.currency !== undefined) changes.currency = patch.currency;
   if (patch.customerId !== undefined) changes.customerId = patch.customerId;
   if (patch.note !== undefined) changes.note = patch.note;
-  if (patch.metadata !== undefined) changes.metadata = mergeMetadata(order.metadata, patch.metadata);
+  if (patch.metadata !== undefined) {
+    changes.metadata = mergeMetadata(order.metadata, patch.metadata);
+    // Each patch is bounded by its schema; the merged map must be bounded too.
+    if (Object.keys(changes.metadata).length > MAX_METADATA_KEYS) {
+      throw new ApiError('validation-failed', `An order holds at most ${MAX_METADATA_KEYS} metadata keys.`, {
+        errors: [{ pointer: '/metadata', detail: `would hold more than ${MAX_METADATA_KEYS} keys` }],
+      });
+    }
+  }
   return changes;
 }
 
@@ -151,6 +160,8 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
         const order = existing(current, 'order');
         checkIfMatch(cmd.ifMatch, order.version);
         if (order.status !== 'pending') throw invalidState(`Items can be added only while the order is pending; it is ${order.status}.`);
+        // The gateway priced the item in the currency it read; a change since then voids that price.
+        if (order.currency !== cmd.currency) throw new ApiError('conflict', 'The order changed currency while the item was being priced; retry.');
         if (order.items.length >= MAX_ITEMS_PER_ORDER) {
           throw new ApiError('invalid-state', `An order holds at most ${MAX_ITEMS_PER_ORDER} items.`);
         }

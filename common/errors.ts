@@ -17,7 +17,6 @@ export const PROBLEMS = {
   'precondition-failed': { status: 412, title: 'Precondition failed', doc: 'The `If-Match` entity tag does not match the current representation. GET it again and retry.' },
   'payload-too-large': { status: 413, title: 'Payload too large', doc: 'The body or the batch exceeds the configured limit.' },
   'unsupported-media-type': { status: 415, title: 'Unsupported media type', doc: 'Send bodies as `application/json` (or `application/merge-patch+json` for PATCH).' },
-  'headers-too-large': { status: 431, title: 'Request header fields too large', doc: 'The request carries too many headers or headers that are too large.' },
   'idempotency-key-reused': { status: 422, title: 'Idempotency key reused', doc: 'The `Idempotency-Key` was first used for a different method, path or body.' },
   'idempotency-key-in-flight': { status: 409, title: 'Idempotency key in flight', doc: 'A request with this `Idempotency-Key` is still running. Retry after `Retry-After` seconds.' },
   'rate-limited': { status: 429, title: 'Rate limited', doc: 'Too many requests for this principal. Retry after `Retry-After` seconds.' },
@@ -38,7 +37,7 @@ export class ApiError extends Error {
   constructor(
     readonly slug: ProblemSlug,
     readonly detail: string,
-    readonly extra: { errors?: FieldError[]; headers?: Record<string, string>; members?: Record<string, unknown> } = {},
+    readonly extra: { errors?: FieldError[]; headers?: Record<string, string> } = {},
   ) {
     super(detail);
     this.status = PROBLEMS[slug].status;

@@ -7,7 +7,7 @@ export class LocalBus implements Bus {
 
   constructor(
     private readonly host: ActorEndpoint,
-    timeoutMs: number,
+    private readonly timeoutMs: number,
   ) {
     this.deadlines = new Deadlines(timeoutMs);
   }
@@ -15,7 +15,7 @@ export class LocalBus implements Bus {
   send(cmd: Command): Promise<Result<unknown>> {
     const answered = this.host.read?.(cmd);
     if (answered) return Promise.resolve(answered);
-    return this.deadlines.race(this.host.handle(cmd));
+    return this.deadlines.race(this.host.handle({ ...cmd, budgetMs: this.timeoutMs }));
   }
 
   async scatter(q: Query): Promise<Result<unknown>[]> {

@@ -172,7 +172,8 @@ export class NatsBus implements Bus {
         p.resolve(results[i] ?? UNENCODABLE);
       });
     };
-    const payload = encode({ v: 1, commands: batch.map((p) => p.cmd) });
+    const now = Date.now();
+    const payload = encode({ v: 1, commands: batch.map((p) => ({ ...p.cmd, budgetMs: Math.max(1, p.deadline - now) })) });
     if (!payload) return settle(batch.map(() => UNENCODABLE));
     if (payload.length > this.maxPayload()) {
       if (batch.length === 1) return settle([TOO_LARGE]);

@@ -12,6 +12,9 @@ export interface Principal {
 }
 
 const CACHE_LIMIT = 10_000;
+// Tenants and principals become index keys: no control characters in them.
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const CONTROL = /[\u0000-\u001f\u007f]/;
 const CHALLENGE = 'Bearer realm="api"';
 
 function unauthenticated(detail: string, code?: string): ApiError {
@@ -53,8 +56,10 @@ export class Authenticator {
       throw unauthenticated('The token is malformed or its signature is invalid.', 'invalid_token');
     }
     const { sub, tenant, scope, exp } = payload;
-    if (typeof sub !== 'string' || sub === '' || sub.length > 255) throw unauthenticated('The token has no valid sub claim.', 'invalid_token');
-    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '' || tenant.length > 255)) {
+    if (typeof sub !== 'string' || sub === '' || sub.length > 255 || CONTROL.test(sub)) {
+      throw unauthenticated('The token has no valid sub claim.', 'invalid_token');
+    }
+    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '' || tenant.length > 255 || CONTROL.test(tenant))) {
       throw unauthenticated('The token has an invalid tenant claim.', 'invalid_token');
     }
     if (scope !== undefined && typeof scope !== 'string') throw unauthenticated('The token has an invalid scope claim.', 'invalid_token');

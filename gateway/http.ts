@@ -62,11 +62,14 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       res.cork(() => writeResponse(res, request.method, response, close, () => aborted));
     };
     const run = (): void => {
-      handle(request).then(send, (err: unknown) => {
-        // handle() renders its own errors; reaching here is a bug in the pipeline itself.
-        // problemResponse logs it with its stack and answers a bare 500 with a trace id.
-        send(problemResponse(err, traceIdOf(request.headers.traceparent), opts.log));
-      });
+      handle(request)
+        .then(send, (err: unknown) => {
+          // handle() renders its own errors; reaching here is a bug in the pipeline itself.
+          // problemResponse logs it with its stack and answers a bare 500 with a trace id.
+          send(problemResponse(err, traceIdOf(request.headers.traceparent), opts.log));
+        })
+        // A throw while writing must not become an unhandled rejection: that ends the process.
+        .catch((err: unknown) => opts.log.error({ err }, 'writing a response failed'));
     };
 
     const declared = headers['content-length'];
@@ -137,7 +140,6 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
   // endWithoutBody() takes no length here: this uWS build mis-writes an explicit one.
   if (r.status === 204 || r.status === 304 || r.body === undefined) {
     res.endWithoutBody();
-    if (close) res.close();
     return;
   }
   // A short string goes to uWS as it is (at most 3 UTF-8 bytes a UTF-16 unit, so under the

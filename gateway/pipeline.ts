@@ -56,6 +56,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
       }
       const route = match.route;
       if (route.scope !== undefined) deps.auth.authorize(principal, route.scope);
+      const media = negotiateMediaType(req.headers.accept, route.produces);
+      const coding = negotiateCoding(req.headers['accept-encoding']);
       const ctx: Ctx = {
         req,
         params: match.params,
@@ -63,8 +65,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
         body: parseBody(req, route),
         principal,
         traceId,
-        media: negotiateMediaType(req.headers.accept, route.produces),
-        coding: negotiateCoding(req.headers['accept-encoding']),
+        media,
+        coding,
         ifMatch: parseIfMatch(req.headers['if-match']),
         bus: deps.bus,
         config: deps.config,

@@ -15,7 +15,6 @@ export function problemResponse(err: unknown, traceId: string, log: Logger): Gat
     status: e.status,
     detail: e.detail,
     traceId,
-    ...e.extra.members,
   };
   if (e.extra.errors) body.errors = e.extra.errors;
   const headers: Record<string, string> = {

@@ -39,16 +39,26 @@ export function fingerprintTag(fingerprint: string, media: MediaType, coding: Co
 // Renderings of versioned resources as JSON text, keyed by (resource, version, variant): a
 // version never changes its bytes, so entries never go stale; they only age out. A single GET
 // and a list page share them. Safe to lose (ARCHITECTURE property 4).
+// Bounded by bytes, not entries (ARCHITECTURE property 7): a client cycling through fields and
+// expand variants can only churn it. Large renderings are not kept at all.
 const renderings = new Map<string, string>();
-const RENDERINGS_LIMIT = 20_000;
+const RENDERINGS_BUDGET_CHARS = 32 * 1024 * 1024;
+const RENDERING_MAX_CHARS = 16 * 1024;
+let renderingsChars = 0;
 
 export function cachedRendering(key: string, version: number, variant: string, render: () => unknown): string {
   const k = `${key}|${version}|${variant}`;
-  let json = renderings.get(k);
-  if (json === undefined) {
-    json = JSON.stringify(render());
-    if (renderings.size >= RENDERINGS_LIMIT) renderings.delete(renderings.keys().next().value!);
+  const hit = renderings.get(k);
+  if (hit !== undefined) return hit;
+  const json = JSON.stringify(render());
+  if (json.length <= RENDERING_MAX_CHARS) {
     renderings.set(k, json);
+    renderingsChars += json.length + k.length;
+    while (renderingsChars > RENDERINGS_BUDGET_CHARS) {
+      const [oldKey, oldJson] = renderings.entries().next().value!;
+      renderings.delete(oldKey);
+      renderingsChars -= oldJson.length + oldKey.length;
+    }
   }
   return json;
 }

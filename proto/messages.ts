@@ -110,6 +110,12 @@ export interface ListQuery {
 interface Base {
   tenant: string;
   partition: number;
+  /**
+   * Milliseconds the sender will still wait for the answer, set by the bus as it sends. A write
+   * still queued when its budget runs out is dropped unrun: the client was already told 503, and
+   * running it later would make a retry do the work twice.
+   */
+  budgetMs?: number;
 }
 
 export type Command =
@@ -120,7 +126,7 @@ export type Command =
   | (Base & { kind: 'order.delete'; id: string; ifMatch: IfMatch })
   | (Base & { kind: 'order.pay'; id: string; ifMatch: IfMatch })
   | (Base & { kind: 'order.cancel'; id: string; ifMatch: IfMatch })
-  | (Base & { kind: 'order.addItem'; id: string; ifMatch: IfMatch; item: ItemInput })
+  | (Base & { kind: 'order.addItem'; id: string; ifMatch: IfMatch; item: ItemInput; currency: string })
   | (Base & { kind: 'product.create'; id: string; input: ProductInput })
   | (Base & { kind: 'product.get'; id: string })
   | (Base & { kind: 'product.patch'; id: string; ifMatch: IfMatch; patch: ProductPatch })

@@ -4,7 +4,7 @@
 import { ApiError, type FieldError } from '../../common/errors.js';
 import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { ItemInput, ItemRecord, OrderInput, OrderPatch, OrderRecord, OrderStatus, ProductRecord } from '../../proto/messages.js';
-import { ORDER_SORTS } from '../../actors/orders.js';
+import { MAX_ITEMS_PER_ORDER, ORDER_SORTS } from '../../actors/orders.js';
 import {
   LIST_PARAMS,
   decodeCursor,
@@ -34,7 +34,6 @@ export const ORDER_FIELDS = ['id', 'status', 'currency', 'total', 'customerId', 
 export const ORDER_EXPANDS = ['items', 'items.product'] as const;
 const ITEM_FIELDS = ['id', 'orderId', 'productId', 'quantity', 'unitPrice', 'createdAt', 'updatedAt'] as const;
 const STATUSES: OrderStatus[] = ['pending', 'paid', 'cancelled', 'refunded'];
-const MAX_ITEMS_ON_CREATE = 100;
 
 // ---- schemas: they validate requests and document the API (gateway/openapi.ts) ----
 
@@ -62,7 +61,7 @@ const createSchema: JsonSchema = {
   type: 'object',
   additionalProperties: false,
   required: ['currency'],
-  properties: { ...orderWritable, items: { type: 'array', maxItems: MAX_ITEMS_ON_CREATE, items: itemInputSchema } },
+  properties: { ...orderWritable, items: { type: 'array', maxItems: MAX_ITEMS_PER_ORDER, items: itemInputSchema } },
 };
 
 const replaceSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['currency'], properties: orderWritable };
@@ -152,10 +151,17 @@ function renderOrder(o: OrderRecord, fields: Set<string> | undefined, expand: Se
   return project(rep, fields, expand);
 }
 
+/** Most distinct products one answer may embed: each is a read, and a page must stay bounded. */
+const MAX_EMBEDDED_PRODUCTS = 500;
+
 /** Products embedded by expand=items.product. */
 async function expansionProducts(ctx: Ctx, orders: OrderRecord[], expand: Set<string>): Promise<Map<string, ProductRecord> | undefined> {
   if (!expand.has('items.product')) return undefined;
-  return fetchProducts(ctx, new Set(orders.flatMap((o) => o.items.map((i) => i.productId))));
+  const ids = new Set(orders.flatMap((o) => o.items.map((i) => i.productId)));
+  if (ids.size > MAX_EMBEDDED_PRODUCTS) {
+    throw invalidParameter('expand', `items.product would embed ${ids.size} products here, more than ${MAX_EMBEDDED_PRODUCTS}; ask for a smaller limit`);
+  }
+  return fetchProducts(ctx, ids);
 }
 
 /** What, beside its version, decides an order's bytes: fields, expand, embedded products' versions. */
@@ -170,7 +176,7 @@ function orderIdOf(ctx: Ctx): string {
   return idParam(ctx, 'order', 'orderId', 'order');
 }
 
-function orderOutcome(ctx: Ctx, o: OrderRecord, status = 200, location?: string): Outcome {
+function orderOutcome(o: OrderRecord, status = 200, location?: string): Outcome {
   const out: Outcome = { status, body: renderOrder(o, undefined, new Set(), undefined), tag: { version: o.version, variant: variantOf(undefined, new Set()) } };
   if (location) out.location = location;
   return out;
@@ -233,7 +239,7 @@ function action(kind: 'order.pay' | 'order.cancel', verb: string): RouteDef {
     response: orderSchema,
     async handle(ctx) {
       const id = orderIdOf(ctx);
-      return orderOutcome(ctx, await ctx.bus.call({ kind, ...target(ctx, id), ifMatch: ctx.ifMatch }));
+      return orderOutcome(await ctx.bus.call({ kind, ...target(ctx, id), ifMatch: ctx.ifMatch }));
     },
   });
 }
@@ -298,7 +304,7 @@ export const orderRoutes: RouteDef[] = [
       const input = inputOf(body);
       const items = await priceItems(ctx, id, input.currency, (body.items as Record<string, unknown>[] | undefined) ?? [], (i) => `/items/${i}`);
       const order = await ctx.bus.call({ kind: 'order.create', tenant: principalOf(ctx).tenant, partition: partitionOf(id), id, input, items });
-      return orderOutcome(ctx, order, 201, `${BASE}/${id}`);
+      return orderOutcome(order, 201, `${BASE}/${id}`);
     },
   }),
 
@@ -338,7 +344,7 @@ export const orderRoutes: RouteDef[] = [
     response: orderSchema,
     async handle(ctx) {
       const input = inputOf(ctx.body as Record<string, unknown>);
-      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.replace', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, input }));
+      return orderOutcome(await ctx.bus.call({ kind: 'order.replace', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, input }));
     },
   }),
 
@@ -354,7 +360,7 @@ export const orderRoutes: RouteDef[] = [
     response: orderSchema,
     async handle(ctx) {
       const patch = ctx.body as OrderPatch;
-      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.patch', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, patch }));
+      return orderOutcome(await ctx.bus.call({ kind: 'order.patch', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, patch }));
     },
   }),
 
@@ -423,7 +429,7 @@ export const orderRoutes: RouteDef[] = [
       // The item's price needs the order's currency; the actor re-checks the state in its turn.
       const current = await ctx.bus.call({ kind: 'order.get', ...t });
       const [item] = await priceItems(ctx, id, current.currency, [ctx.body as Record<string, unknown>], () => '');
-      const order = await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item! });
+      const order = await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item!, currency: current.currency });
       const stored = order.items.find((i) => i.id === item!.id)!;
       return {
         status: 201,

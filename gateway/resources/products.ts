@@ -28,7 +28,8 @@ const BASE = '/v1/products';
 const PRODUCT_FIELDS = ['id', 'name', 'price', 'currency', 'createdAt', 'updatedAt'] as const;
 
 const writable = {
-  name: { type: 'string', minLength: 1, maxLength: 200 },
+  // No control characters: names are index keys, and ordered-binary gives U+0000-U+0003 meaning.
+  name: { type: 'string', minLength: 1, maxLength: 200, pattern: '^[^\\u0000-\\u001f\\u007f]+$' },
   price: { type: 'integer', minimum: 0, maximum: 1_000_000_000, description: 'Minor units of currency.' },
   currency: currencySchema,
 };

@@ -1,0 +1,162 @@
+// Limits that keep one client from growing state, fan-out or queues without bound, and the walls
+// that keep index keys from being forged: each case here is a way the service was reachable
+// before it was closed.
+
+import anyTest, { type TestFn } from 'ava';
+import { loadConfig } from '../common/config.js';
+import { newId, partitionOf, PARTITIONS } from '../common/ids.js';
+import { LocalBus } from '../common/local-bus.js';
+import { ActorHost } from '../actors/host.js';
+import { orderActor } from '../actors/orders.js';
+import { Authenticator } from '../gateway/auth.js';
+import { BusClient } from '../gateway/bus-client.js';
+import { allRoutes } from '../gateway/app.js';
+import { createGateway, type Gateway } from '../gateway/pipeline.js';
+import { cachedRendering } from '../gateway/representation.js';
+import type { Command, OrderRecord } from '../proto/messages.js';
+import { ALL_SCOPES, answerOf, assertProblem, freshTenant, removeDir, silentLog, tempDir, toRequest, token, type Call } from './helpers/edge-kit.js';
+
+interface Context {
+  dir: string;
+  host: ActorHost;
+  gateway: Gateway;
+  secret: string;
+}
+
+const test = anyTest as TestFn<Context>;
+const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+
+test.before(async (t) => {
+  const dir = await tempDir('bounds');
+  const secret = 'bounds-secret';
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog() });
+  const gateway = createGateway({
+    routes: allRoutes(),
+    auth: new Authenticator(secret),
+    bus: new BusClient(new LocalBus(host, 5000)),
+    config: loadConfig({ DATA_DIR: dir }),
+    log: silentLog(),
+  });
+  t.context = { dir, host, gateway, secret };
+});
+
+test.after.always(async (t) => {
+  await t.context.host?.close();
+  await removeDir(t.context.dir);
+});
+
+async function as(t: { context: Context }, tenant: string): Promise<(c: Call) => Promise<ReturnType<typeof answerOf>>> {
+  const auth = `Bearer ${await token(t.context.secret, ALL_SCOPES, { tenant })}`;
+  return async (c) => {
+    const headers: Record<string, string> = { authorization: auth, ...c.headers };
+    if (c.body !== undefined) headers['content-type'] ??= 'application/json';
+    return answerOf(await t.context.gateway.handle(toRequest({ ...c, headers })));
+  };
+}
+
+test('a product name with control characters is refused; index keys cannot be forged through it', async (t) => {
+  const call = await as(t, freshTenant('ctl'));
+  const forged = `${'a'.repeat(70)}\u0000prd_0000000000000000000000`;
+  const r = await call({ method: 'POST', path: '/v1/products', body: { name: forged, price: 1, currency: 'EUR' } });
+  const p = assertProblem(t, r, 422, 'validation-failed');
+  t.is(p.errors?.[0]?.pointer, '/name');
+  const list = await call({ method: 'GET', path: '/v1/products' });
+  t.deepEqual(list.json<{ data: unknown[] }>().data, []);
+});
+
+test('a token whose tenant holds control characters is 401', async (t) => {
+  const auth = `Bearer ${await token(t.context.secret, ALL_SCOPES, { tenant: 'a\u0000b' })}`;
+  const r = answerOf(await t.context.gateway.handle(toRequest({ method: 'GET', path: '/v1/orders', headers: { authorization: auth } })));
+  assertProblem(t, r, 401, 'unauthenticated');
+});
+
+test('metadata stays within 50 keys after merge patches, and a refused patch changes nothing', async (t) => {
+  const call = await as(t, freshTenant('meta'));
+  const first = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, 'v']));
+  const created = await call({ method: 'POST', path: '/v1/orders', body: { currency: 'EUR', metadata: first } });
+  t.is(created.status, 201);
+  const path = created.headers.location!;
+  const more = await call({ method: 'PATCH', path, body: { metadata: { extra: 'x' } } });
+  const p = assertProblem(t, more, 422, 'validation-failed');
+  t.is(p.errors?.[0]?.pointer, '/metadata');
+  const after = await call({ method: 'GET', path });
+  t.is(after.headers.etag, created.headers.etag, 'the order did not change');
+  t.is(Object.keys(after.json<{ metadata: object }>().metadata).length, 50);
+  // Replacing a key while removing another keeps the count and is allowed.
+  const swap = await call({ method: 'PATCH', path, body: { metadata: { k0: null, extra: 'x' } } });
+  t.is(swap.status, 200);
+});
+
+test('expand=items.product refuses a page that would embed more than 500 products', async (t) => {
+  const call = await as(t, freshTenant('fan'));
+  const products: string[] = [];
+  for (let i = 0; i < 501; i++) {
+    const r = await call({ method: 'POST', path: '/v1/products', body: { name: `p${i}`, price: 1, currency: 'EUR' } });
+    products.push(r.json<{ id: string }>().id);
+  }
+  for (let o = 0; o < 6; o++) {
+    const items = products.slice(o * 100, o * 100 + 100).map((productId) => ({ productId, quantity: 1 }));
+    t.is((await call({ method: 'POST', path: '/v1/orders', body: { currency: 'EUR', items } })).status, 201);
+  }
+  const wide = await call({ method: 'GET', path: '/v1/orders', query: 'expand=items.product&limit=6' });
+  const p = assertProblem(t, wide, 400, 'invalid-parameter');
+  t.is(p.errors?.[0]?.parameter, 'expand');
+  const narrow = await call({ method: 'GET', path: '/v1/orders', query: 'expand=items.product&limit=5' });
+  t.is(narrow.status, 200);
+  t.is(narrow.json<{ data: { items: { product: { id: string } }[] }[] }>().data.length, 5);
+});
+
+test('an item priced in a currency the order no longer has is refused by the actor', (t) => {
+  const now = Date.now();
+  const id = newId('order');
+  const order: OrderRecord = {
+    id, tenant: 't', version: 2, status: 'pending', currency: 'USD', customerId: null, note: null, metadata: {}, items: [], total: 0, createdAt: now, updatedAt: now,
+  };
+  const cmd: Command = {
+    kind: 'order.addItem', tenant: 't', partition: partitionOf(id), id, ifMatch: undefined, currency: 'EUR',
+    item: { id: newId('item', partitionOf(id)), productId: newId('product'), quantity: 1, unitPrice: 100 },
+  };
+  const err = t.throws(() => orderActor.decide(cmd as Parameters<typeof orderActor.decide>[0], order, now));
+  t.is((err as { slug?: string }).slug, 'conflict');
+});
+
+test('a write whose sender already gave up is dropped unrun', async (t) => {
+  const id = newId('order');
+  const base = { tenant: 'late', partition: partitionOf(id), id };
+  const late = await t.context.host.handle({ ...base, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs: -1 });
+  t.like(late, { ok: false, error: { code: 'unavailable' } });
+  t.like(await t.context.host.handle({ ...base, kind: 'order.get' }), { ok: false, error: { code: 'not-found' } });
+});
+
+test('the in-flight bound counts queued writes, not only running ones', async (t) => {
+  const dir = await tempDir('inflight');
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, inflightLimit: 2, log: silentLog() });
+  try {
+    const id = newId('order');
+    const base = { tenant: 'busy', partition: partitionOf(id), id };
+    const create = host.handle({ ...base, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] });
+    const queued = host.handle({ ...base, kind: 'order.patch', ifMatch: undefined, patch: { note: 'a' } });
+    const refused = await host.handle({ ...base, kind: 'order.patch', ifMatch: undefined, patch: { note: 'b' } });
+    t.like(refused, { ok: false, error: { code: 'unavailable' } });
+    t.like(await create, { ok: true });
+    t.like(await queued, { ok: true });
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
+
+test('renderings are cached per version and variant; large ones are not kept', (t) => {
+  let renders = 0;
+  const small = () => (renders++, { a: 1 });
+  cachedRendering('bounds-small', 1, 'v', small);
+  cachedRendering('bounds-small', 1, 'v', small);
+  t.is(renders, 1, 'a small rendering is served from the cache');
+  cachedRendering('bounds-small', 2, 'v', small);
+  t.is(renders, 2, 'a new version renders again');
+  let bigRenders = 0;
+  const big = () => (bigRenders++, { blob: 'x'.repeat(20_000) });
+  cachedRendering('bounds-big', 1, 'v', big);
+  cachedRendering('bounds-big', 1, 'v', big);
+  t.is(bigRenders, 2, 'a rendering over the size limit is not kept');
+});
