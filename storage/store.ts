@@ -64,7 +64,7 @@ export class Store {
   /** Opens (or creates) the node's state file inside `dir`. */
   static open(dir: string): Store {
     mkdirSync(dir, { recursive: true });
-    const options: RootDatabaseOptionsWithPath & { noReadAhead: boolean } = {
+    const options: RootDatabaseOptionsWithPath = {
       path: join(dir, 'state.mdb'),
       // Records share msgpack structures so repeated member names cost nothing on disk.
       sharedStructuresKey: Symbol.for('structures'),
@@ -73,10 +73,6 @@ export class Store {
       // map by mapping the file again, and every mapping counts the same pages in RSS once more.
       // Address space is cheap on 64-bit; the file itself grows only as data is written.
       mapSize: MAP_SIZE,
-      // Reads are point lookups and short scans: reading ahead around every page fault only
-      // fills RSS with pages no request asked for (MDB_NORDAHEAD; open.js reads it, the
-      // typings lack it).
-      noReadAhead: true,
       // Durability is required: never noSync. overlappingSync (the default on Linux) lets the
       // next transaction start while the previous one flushes; we await `flushed` before acking.
     };
