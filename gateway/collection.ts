@@ -173,6 +173,13 @@ export function pageFingerprint(records: { id: string; version: number }[], vari
   return fp;
 }
 
+/** A page's `self` link, and `next` when there is a cursor to continue from. */
+export function pageLinks(path: string, query: URLSearchParams, nextCursor: string | undefined): Record<string, { href: string }> {
+  const links: Record<string, { href: string }> = { self: { href: pageHref(path, query, query.get('cursor') ?? undefined) } };
+  if (nextCursor !== undefined) links.next = { href: pageHref(path, query, nextCursor) };
+  return links;
+}
+
 /** Rebuilds the request's query string with a new cursor, keeping every other parameter. */
 export function pageHref(path: string, query: URLSearchParams, cursor: string | undefined): string {
   const q = new URLSearchParams(query);

@@ -14,7 +14,7 @@ import {
   invalidParameter,
   mergePages,
   pageFingerprint,
-  pageHref,
+  pageLinks,
   pageText,
   parseExpand,
   parseFields,
@@ -277,8 +277,7 @@ export const orderRoutes: RouteDef[] = [
       const orders = rows.map((r) => r.record);
       const products = await expansionProducts(ctx, orders, expand);
       const last = rows[rows.length - 1];
-      const links: Record<string, { href: string }> = { self: { href: pageHref(BASE, ctx.query, ctx.query.get('cursor') ?? undefined) } };
-      if (hasMore && last) links.next = { href: pageHref(BASE, ctx.query, encodeCursor(filterKey, sortKey, last.v, last.record.id)) };
+      const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
       const variants = orders.map((o) => orderVariant(o, fields, expand, products));
       return {
         status: 200,
@@ -401,10 +400,8 @@ export const orderRoutes: RouteDef[] = [
       if (after && start === 0) throw invalidParameter('cursor', 'names an item that is gone');
       const page = order.items.slice(start, start + limit);
       const hasMore = start + limit < order.items.length;
-      const path = `${BASE}/${id}/items`;
-      const links: Record<string, { href: string }> = { self: { href: pageHref(path, ctx.query, ctx.query.get('cursor') ?? undefined) } };
       const last = page[page.length - 1];
-      if (hasMore && last) links.next = { href: pageHref(path, ctx.query, encodeCursor(id, 'added', start + page.length, last.id)) };
+      const links = pageLinks(`${BASE}/${id}/items`, ctx.query, hasMore && last ? encodeCursor(id, 'added', start + page.length, last.id) : undefined);
       return {
         status: 200,
         body: { data: page.map((i) => project(renderItem(id, i, undefined), fields, new Set())), hasMore, _links: links },

@@ -11,7 +11,7 @@ import {
   fieldsParam,
   mergePages,
   pageFingerprint,
-  pageHref,
+  pageLinks,
   pageText,
   parseFields,
   parseLimit,
@@ -101,8 +101,7 @@ export const productRoutes: RouteDef[] = [
       const pages = await ctx.bus.gather({ kind: 'product.list', query: { tenant, filter: undefined, sort, dir, after, limit, withChildren: false } });
       const { rows, hasMore } = mergePages(pages, dir, limit);
       const last = rows[rows.length - 1];
-      const links: Record<string, { href: string }> = { self: { href: pageHref(BASE, ctx.query, ctx.query.get('cursor') ?? undefined) } };
-      if (hasMore && last) links.next = { href: pageHref(BASE, ctx.query, encodeCursor('', sortKey, last.v, last.record.id)) };
+      const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor('', sortKey, last.v, last.record.id) : undefined);
       const variant = variantOf(fields, new Set());
       const products = rows.map((r) => r.record);
       return {
