@@ -4,7 +4,7 @@
 
 import { ApiError } from '../common/errors.js';
 import type { TableSpec } from '../storage/store.js';
-import type { Command, IfMatch, ListQuery } from '../proto/messages.js';
+import type { IfMatch, KeyedCommand, ListQuery } from '../proto/messages.js';
 
 export interface Versioned {
   id: string;
@@ -18,7 +18,7 @@ export interface Decision<T> {
   reply: unknown;
 }
 
-export interface ActorDef<T extends Versioned, C extends Command> {
+export interface ActorDef<T extends Versioned, C extends KeyedCommand> {
   table: TableSpec<T>;
   /** Kinds answered from committed state without waiting in the key's mailbox. */
   isRead(cmd: C): boolean;

@@ -7,15 +7,19 @@
 import type { ActorEndpoint } from '../common/bus.js';
 import { ApiError, toWire } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
-import { Store, type Table } from '../storage/store.js';
+import { Store, type Table, type TableSpec, type Write } from '../storage/store.js';
 import {
   assertNever,
   type Command,
+  type IdemTag,
+  type KeyedCommand,
   type ListPage,
+  type OrderRecord,
   type Query,
   type Result,
 } from '../proto/messages.js';
 import type { ActorDef, Versioned } from './actor.js';
+import { batchKeys, planBatch, type Plan } from './batch.js';
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
 
@@ -27,6 +31,10 @@ export interface HostOptions {
   mailboxLimit: number;
   /** Most commands in flight across the host. */
   inflightLimit?: number;
+  /** How long an Idempotency-Key's result is kept (IDEMPOTENCY_TTL_HOURS). */
+  idempotencyTtlMs?: number;
+  /** Wall clock for record timestamps and key expiry; tests move it. */
+  now?: () => number;
   log: Logger;
 }
 
@@ -44,28 +52,60 @@ interface Stat {
 // A registry entry pairs an actor with its opened table; the generic parameters are erased here
 // because the host dispatches on the command's kind prefix at run time.
 interface Bound {
-  def: ActorDef<Versioned, Command>;
+  def: ActorDef<Versioned, KeyedCommand>;
   table: Table<Versioned>;
 }
 
+/** What an Idempotency-Key's first request did, kept beside its effect (CONTRACT §7). */
+interface IdemRecord {
+  id: string;
+  fingerprint: string;
+  result: Result<unknown>;
+  expiresAt: number;
+}
+
+// Keyed by tenant + key (the key's scope); indexed by expiry so the sweep reads only what is due.
+const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', indexKeys: (r) => [[r.expiresAt, r.id]] };
+const DAY_MS = 24 * 3600_000;
+const SWEEP_EVERY_MS = 60_000;
+const SWEEP_BATCH = 1000;
+
 const UNAVAILABLE = (detail: string): Result<never> => ({ ok: false, error: { code: 'unavailable', detail } });
+const IN_FLIGHT: Result<never> = {
+  ok: false,
+  error: { code: 'idempotency-key-in-flight', detail: 'A request with this Idempotency-Key is still running; retry shortly.' },
+};
+
+// Tenants and keys hold no control characters (the token check and the header check refuse
+// them), so NUL separates them unambiguously.
+const idemId = (tenant: string, key: string): string => `${tenant}\u0000${key}`;
+// Mailbox names for keys live beside record ids ('ord_…'); the prefix keeps them apart.
+const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
   private readonly actors: Record<'order' | 'product', Bound>;
+  private readonly idem: Table<IdemRecord>;
   private readonly boxes = new Map<string, Mailbox>();
   private inflight = 0;
   private readonly inflightLimit: number;
+  private readonly ttlMs: number;
+  private readonly now: () => number;
+  private readonly sweeper: NodeJS.Timeout;
   readonly stats = new Map<string, Stat>();
 
   constructor(private readonly opts: HostOptions) {
     this.store = Store.open(opts.dataDir);
     this.inflightLimit = opts.inflightLimit ?? 20_000;
-    const bind = <T extends Versioned, C extends Command>(def: ActorDef<T, C>): Bound => ({
-      def: def as unknown as ActorDef<Versioned, Command>,
+    this.ttlMs = opts.idempotencyTtlMs ?? DAY_MS;
+    this.now = opts.now ?? Date.now;
+    const bind = <T extends Versioned, C extends KeyedCommand>(def: ActorDef<T, C>): Bound => ({
+      def: def as unknown as ActorDef<Versioned, KeyedCommand>,
       table: this.store.table(def.table) as unknown as Table<Versioned>,
     });
     this.actors = { order: bind(orderActor), product: bind(productActor) };
+    this.idem = this.store.table(IDEMPOTENCY);
+    this.sweeper = setInterval(() => this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
   }
 
   owns(partition: number): boolean {
@@ -74,25 +114,17 @@ export class ActorHost implements ActorEndpoint {
 
   async handle(cmd: Command): Promise<Result<unknown>> {
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
+    if (cmd.kind === 'order.batch') {
+      const orders = this.actors.order.table as unknown as Table<OrderRecord>;
+      return this.write(cmd, batchKeys(cmd), (now) => planBatch(cmd, orders, now));
+    }
     const bound = this.actorFor(cmd);
     if (bound.def.isRead(cmd)) return this.readNow(cmd, bound);
-    // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
-    if (this.inflight >= this.inflightLimit) return UNAVAILABLE('The service is overloaded; retry shortly.');
-    const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
-    this.inflight++;
-    try {
-      return await this.enqueue(cmd.id, () => {
-        // The sender gave up on it (and answered 503): running it now would surprise a retry.
-        if (performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
-        return this.turn(cmd, bound);
-      });
-    } finally {
-      this.inflight--;
-    }
+    return this.write(cmd, [cmd.id], (now) => this.plan(cmd, bound, now));
   }
 
   read(cmd: Command): Result<unknown> | undefined {
-    if (!this.owns(cmd.partition)) return undefined;
+    if (!this.owns(cmd.partition) || cmd.kind === 'order.batch') return undefined;
     const bound = this.actorFor(cmd);
     return bound.def.isRead(cmd) ? this.readNow(cmd, bound) : undefined;
   }
@@ -110,12 +142,31 @@ export class ActorHost implements ActorEndpoint {
     });
   }
 
+  /** Forgets Idempotency-Keys past their expiry, a bounded number per call, each in its key's turn. */
+  sweepIdempotency(): Promise<unknown> {
+    const now = this.now();
+    const due = this.store.scan(this.idem as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: SWEEP_BATCH });
+    const work: Promise<unknown>[] = [];
+    for (const { v, id } of due) {
+      if (typeof v !== 'number' || v > now) break;
+      work.push(
+        this.enqueue(idemBox(id), async () => {
+          const rec = this.idem.get(id);
+          if (rec && rec.expiresAt <= now) await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
+          return { ok: true, value: null };
+        }),
+      );
+    }
+    return Promise.allSettled(work);
+  }
+
   async close(): Promise<void> {
+    clearInterval(this.sweeper);
     await Promise.allSettled([...this.boxes.values()].map((b) => b.tail));
     await this.store.close();
   }
 
-  private actorFor(cmd: Command): Bound {
+  private actorFor(cmd: KeyedCommand): Bound {
     const kind = cmd.kind;
     if (kind.startsWith('order.')) return this.actors.order;
     if (kind.startsWith('product.')) return this.actors.product;
@@ -142,7 +193,7 @@ export class ActorHost implements ActorEndpoint {
   }
 
   /** The record as this caller may see it: another tenant's record does not exist for them (CONTRACT §3). */
-  private load(cmd: Command, bound: Bound): { stored: Versioned | undefined; current: Versioned | undefined } {
+  private load(cmd: KeyedCommand, bound: Bound): { stored: Versioned | undefined; current: Versioned | undefined } {
     const stored = bound.table.get(cmd.id);
     const current = stored && stored.tenant === cmd.tenant ? stored : undefined;
     if (stored && !current && cmd.kind.endsWith('.create')) throw new ApiError('conflict', 'That id is taken.');
@@ -150,11 +201,11 @@ export class ActorHost implements ActorEndpoint {
   }
 
   /** A read decides over committed state and writes nothing: no turn, no await. */
-  private readNow(cmd: Command, bound: Bound): Result<unknown> {
+  private readNow(cmd: KeyedCommand, bound: Bound): Result<unknown> {
     const stat = this.stat(cmd.kind);
     const started = performance.now();
     try {
-      return { ok: true, value: bound.def.decide(cmd, this.load(cmd, bound).current, Date.now()).reply };
+      return { ok: true, value: bound.def.decide(cmd, this.load(cmd, bound).current, this.now()).reply };
     } catch (err) {
       return this.failed(stat, cmd.kind, err);
     } finally {
@@ -162,16 +213,87 @@ export class ActorHost implements ActorEndpoint {
     }
   }
 
-  /** One turn for one key: load, decide, commit durably, reply. */
-  private turn(cmd: Command, bound: Bound): Promise<Result<unknown>> {
-    return this.wrapped(cmd.kind, async () => {
-      const { stored, current } = this.load(cmd, bound);
-      const decision = bound.def.decide(cmd, current, Date.now());
-      if (decision.next !== current) {
-        await this.store.commit([{ table: bound.table as Table<unknown>, id: cmd.id, before: stored, after: decision.next }]);
-      }
-      return decision.reply;
+  private plan(cmd: KeyedCommand, bound: Bound, now: number): Plan {
+    const { stored, current } = this.load(cmd, bound);
+    const decision = bound.def.decide(cmd, current, now);
+    const writes: Write<unknown>[] = decision.next === current ? [] : [{ table: bound.table as Table<unknown>, id: cmd.id, before: stored, after: decision.next }];
+    return { writes, reply: decision.reply };
+  }
+
+  /**
+   * Admits a write: bounded, keyed, and run as one turn holding every key it names. A write with
+   * an Idempotency-Key also holds the key, so two requests with one key never run side by side.
+   */
+  private write(cmd: Command, keys: string[], plan: (now: number) => Plan): Promise<Result<unknown>> {
+    // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
+    if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
+    let held = keys;
+    if (cmd.idem) {
+      const id = idemId(cmd.tenant, cmd.idem.key);
+      // A stored result is final (it was committed with its effect), so it answers without a turn.
+      const prior = this.priorResult(this.idem.get(id), cmd.idem);
+      if (prior) return Promise.resolve(prior);
+      if (this.boxes.has(idemBox(id))) return Promise.resolve(IN_FLIGHT);
+      held = [idemBox(id), ...keys];
+    }
+    const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
+    this.inflight++;
+    return this.holding(held, () => {
+      // The sender gave up on it (and answered 503): running it now would surprise a retry.
+      if (performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
+      return this.turn(cmd, plan);
+    }).finally(() => {
+      this.inflight--;
     });
+  }
+
+  /**
+   * One turn: decide, then commit the effect and (with an Idempotency-Key) its result in one
+   * transaction, durably, before replying. A refusal (4xx) is kept under the key as well, so a
+   * retry gets the same answer; a failure of ours (5xx) is not kept (CONTRACT §7).
+   */
+  private async turn(cmd: Command, plan: (now: number) => Plan): Promise<Result<unknown>> {
+    const stat = this.stat(cmd.kind);
+    const started = performance.now();
+    try {
+      const now = this.now();
+      const id = cmd.idem ? idemId(cmd.tenant, cmd.idem.key) : '';
+      const before = cmd.idem ? this.idem.get(id) : undefined;
+      if (cmd.idem) {
+        const prior = this.priorResult(before, cmd.idem);
+        if (prior) return prior;
+      }
+      let result: Result<unknown>;
+      let writes: Write<unknown>[] = [];
+      try {
+        const p = plan(now);
+        writes = p.writes;
+        result = { ok: true, value: p.reply };
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.status >= 500) throw err;
+        stat.errors++;
+        result = { ok: false, error: toWire(err) };
+      }
+      if (cmd.idem) {
+        const after: IdemRecord = { id, fingerprint: cmd.idem.fingerprint, result, expiresAt: now + this.ttlMs };
+        writes.push({ table: this.idem as Table<unknown>, id, before, after });
+      }
+      if (writes.length) await this.store.commit(writes);
+      return result;
+    } catch (err) {
+      return this.failed(stat, cmd.kind, err);
+    } finally {
+      stat.totalMs += performance.now() - started;
+    }
+  }
+
+  /** The answer an earlier request with this key left, if it is still kept. */
+  private priorResult(rec: IdemRecord | undefined, tag: IdemTag): Result<unknown> | undefined {
+    if (!rec || rec.expiresAt <= this.now()) return undefined;
+    if (rec.fingerprint !== tag.fingerprint) {
+      return { ok: false, error: { code: 'idempotency-key-reused', detail: 'This Idempotency-Key was first used with another method, path or body.' } };
+    }
+    return { ...rec.result, replayed: true };
   }
 
   private stat(kind: string): Stat {
@@ -199,6 +321,17 @@ export class ActorHost implements ActorEndpoint {
     } finally {
       stat.totalMs += performance.now() - started;
     }
+  }
+
+  /**
+   * Runs `run` once it holds every key. Keys are taken in one global (sorted) order, so two
+   * turns that share keys queue behind each other and never wait on each other in a cycle.
+   */
+  private holding(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
+    if (keys.length === 1) return this.enqueue(keys[0]!, run);
+    const sorted = [...new Set(keys)].sort();
+    const take = (i: number): Promise<Result<unknown>> => (i === sorted.length ? run() : this.enqueue(sorted[i]!, () => take(i + 1)));
+    return take(0);
   }
 
   private enqueue(key: string, run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {

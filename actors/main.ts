@@ -17,7 +17,13 @@ async function main(): Promise<void> {
   const log = createLogger(config.logLevel, 'actors');
   const partitions = parsePartitions(config.actorPartitions);
   const nodeId = config.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 40)}-${process.pid}`;
-  const host = new ActorHost({ dataDir: actorDataDir(config), partitions: new Set(partitions), mailboxLimit: config.mailboxLimit, log });
+  const host = new ActorHost({
+    dataDir: actorDataDir(config),
+    partitions: new Set(partitions),
+    mailboxLimit: config.mailboxLimit,
+    idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
+    log,
+  });
   const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m) });
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
   process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}\n`);

@@ -29,6 +29,12 @@ export type ProblemSlug = keyof typeof PROBLEMS;
 export interface FieldError {
   pointer?: string;
   parameter?: string;
+  /** A request header, for problems with a header's value. */
+  header?: string;
+  /** A batch operation, for a failed atomic batch: its index, status and problem type. */
+  index?: number;
+  status?: number;
+  type?: string;
   detail: string;
 }
 

@@ -14,6 +14,7 @@ import { BusClient } from './bus-client.js';
 import { listen } from './http.js';
 import { createGateway, type Gateway } from './pipeline.js';
 import { metaRoutes } from './resources/meta.js';
+import { orderBatchRoute } from './resources/order-batch.js';
 import { orderRoutes } from './resources/orders.js';
 import { productRoutes } from './resources/products.js';
 import type { RouteDef } from './route.js';
@@ -27,7 +28,7 @@ export interface Service {
 }
 
 export function allRoutes(): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, ...productRoutes];
+  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes];
   routes.push(...metaRoutes(() => routes));
   return routes;
 }
@@ -48,6 +49,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
       dataDir: actorDataDir(config),
       partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)),
       mailboxLimit: config.mailboxLimit,
+      idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
       log,
     });
     bus = new LocalBus(host, config.busTimeoutMs);

@@ -3,7 +3,12 @@
 
 import type { Bus } from '../common/bus.js';
 import { fromWire } from '../common/errors.js';
-import type { Command, Query, ReplyMap, Result } from '../proto/messages.js';
+import type { Command, IdemTag, Query, ReplyMap, Result } from '../proto/messages.js';
+
+/** What a request with an Idempotency-Key learns from its writes. */
+export interface Replay {
+  replayed: boolean;
+}
 
 function unwrap<T>(r: Result<unknown>): T {
   if (!r.ok) throw fromWire(r.error);
@@ -11,10 +16,29 @@ function unwrap<T>(r: Result<unknown>): T {
 }
 
 export class BusClient {
-  constructor(readonly bus: Bus) {}
+  constructor(
+    readonly bus: Bus,
+    private readonly idem?: { tag: IdemTag; seen: Replay },
+  ) {}
+
+  /**
+   * The client for one request with an Idempotency-Key: its commands carry the key (the owner
+   * ignores it on reads), and a stored result coming back marks the answer as a replay.
+   */
+  withIdempotency(tag: IdemTag, seen: Replay): BusClient {
+    return new BusClient(this.bus, { tag, seen });
+  }
+
+  /** The request's Idempotency-Key and fingerprint, when it has one. */
+  get idempotency(): IdemTag | undefined {
+    return this.idem?.tag;
+  }
 
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
-    return unwrap(await this.bus.send(cmd));
+    if (!this.idem) return unwrap(await this.bus.send(cmd));
+    const result = await this.bus.send(cmd.idem ? cmd : { ...cmd, idem: this.idem.tag });
+    if (result.replayed) this.idem.seen.replayed = true;
+    return unwrap(result);
   }
 
   /** Every owner's answer to a query; any node failing fails the whole query. */

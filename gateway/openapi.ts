@@ -15,10 +15,31 @@ const problemSchema = {
     traceId: { type: 'string' },
     errors: {
       type: 'array',
-      items: { type: 'object', properties: { pointer: { type: 'string' }, parameter: { type: 'string' }, detail: { type: 'string' } } },
+      items: {
+        type: 'object',
+        properties: {
+          pointer: { type: 'string' },
+          parameter: { type: 'string' },
+          header: { type: 'string' },
+          index: { type: 'integer', description: 'A failed operation of an atomic batch.' },
+          status: { type: 'integer' },
+          type: { type: 'string' },
+          detail: { type: 'string' },
+        },
+      },
     },
   },
   required: ['type', 'title', 'status', 'traceId'],
+};
+
+const IDEMPOTENCY_KEY = {
+  name: 'Idempotency-Key',
+  in: 'header',
+  required: false,
+  description:
+    'Makes the POST safe to retry: a repeat with the same key, method, path and body answers the first result with `Idempotent-Replayed: true`; ' +
+    'another request under the key is 422 `idempotency-key-reused`; while the first still runs, 409 `idempotency-key-in-flight`.',
+  schema: { type: 'string', minLength: 1, maxLength: 255 },
 };
 
 export function openApiDocument(routes: readonly RouteDef[], prefix: string): Record<string, unknown> {
@@ -27,6 +48,7 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
     if (!r.path.startsWith(`${prefix}/`) && r.path !== prefix) continue;
     const pathParams = [...r.path.matchAll(/\{(\w+)\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
     const queryParams = Object.entries(r.query ?? {}).map(([name, q]) => ({ name, in: 'query', required: false, description: q.description, schema: q.schema }));
+    const headerParams = r.method === 'POST' ? [IDEMPOTENCY_KEY] : [];
     const responses: Record<string, unknown> = {};
     for (const [status, description] of Object.entries(r.responses)) {
       const s = Number(status);
@@ -43,7 +65,7 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
       summary: r.summary,
       tags: [r.tag],
       security: r.scope ? [{ bearer: [r.scope] }] : [],
-      parameters: [...pathParams, ...queryParams],
+      parameters: [...pathParams, ...queryParams, ...headerParams],
       responses,
     };
     if (r.body) {

@@ -11,8 +11,9 @@ import type { Config } from '../common/config.js';
 import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { Authenticator } from './auth.js';
-import type { BusClient } from './bus-client.js';
+import type { BusClient, Replay } from './bus-client.js';
 import type { GatewayRequest, GatewayResponse } from './http-types.js';
+import { idemTag, parseIdempotencyKey } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, parseIfMatch, versionTag } from './representation.js';
@@ -46,6 +47,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
   async function handle(req: GatewayRequest): Promise<GatewayResponse> {
     const traceId = traceIdOf(req.headers.traceparent);
+    let replay: Replay | undefined;
+    let res: GatewayResponse;
     try {
       const auth = req.headers.authorization;
       const principal = deps.auth.cached(auth) ?? (await deps.auth.authenticate(auth));
@@ -58,6 +61,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
       if (route.scope !== undefined) deps.auth.authorize(principal, route.scope);
       const media = negotiateMediaType(req.headers.accept, route.produces);
       const coding = negotiateCoding(req.headers['accept-encoding']);
+      // CONTRACT §7: the key is honoured on POST, the one method that is not idempotent already.
+      const idempotencyKey = req.method === 'POST' ? parseIdempotencyKey(req.headers['idempotency-key']) : undefined;
+      let bus = deps.bus;
+      if (idempotencyKey !== undefined) bus = bus.withIdempotency(idemTag(req, idempotencyKey), (replay = { replayed: false }));
       const ctx: Ctx = {
         req,
         params: match.params,
@@ -68,14 +75,17 @@ export function createGateway(deps: GatewayDeps): Gateway {
         media,
         coding,
         ifMatch: parseIfMatch(req.headers['if-match']),
-        bus: deps.bus,
+        bus,
         config: deps.config,
+        idempotencyKey,
       };
       const outcome = await route.handle(ctx);
-      return await render(outcome, ctx, traceId);
+      res = await render(outcome, ctx, traceId);
     } catch (err) {
-      return problemResponse(err, traceId, deps.log);
+      res = problemResponse(err, traceId, deps.log);
     }
+    if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
+    return res;
   }
 
   return { handle, routes: deps.routes };

@@ -23,6 +23,7 @@ export function problemResponse(err: unknown, traceId: string, log: Logger): Gat
     'trace-id': traceId,
     ...e.extra.headers,
   };
-  if ((e.status === 429 || e.status === 503) && !headers['retry-after']) headers['retry-after'] = '1';
+  // CONTRACT §4 and §7: these three say "try again later", and say when.
+  if ((e.status === 429 || e.status === 503 || e.slug === 'idempotency-key-in-flight') && !headers['retry-after']) headers['retry-after'] = '1';
   return { status: e.status, headers, body: JSON.stringify(body) };
 }

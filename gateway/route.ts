@@ -2,6 +2,8 @@
 // router, request validation and the OpenAPI document are all built from these (STYLE 1).
 
 import type { Config } from '../common/config.js';
+import { randomPartition } from '../common/ids.js';
+import { homePartition } from './idempotency.js';
 import type { Principal } from './auth.js';
 import type { BusClient } from './bus-client.js';
 import type { GatewayRequest } from './http-types.js';
@@ -28,6 +30,8 @@ export interface Ctx {
   ifMatch: IfMatch;
   bus: BusClient;
   config: Config;
+  /** The Idempotency-Key of a POST, already checked. */
+  idempotencyKey: string | undefined;
 }
 
 export interface Outcome {
@@ -84,6 +88,14 @@ export interface RouteDef {
 
 export function route(def: RouteDef): RouteDef {
   return def;
+}
+
+/**
+ * The partition a new resource is created in. With an Idempotency-Key it is fixed by the key, so
+ * every retry meets the first attempt's result at the same owner; otherwise any.
+ */
+export function partitionForNew(ctx: Ctx): number {
+  return ctx.idempotencyKey === undefined ? randomPartition() : homePartition(principalOf(ctx).tenant, ctx.idempotencyKey);
 }
 
 export function principalOf(ctx: Ctx): Principal {

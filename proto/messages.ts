@@ -107,9 +107,20 @@ export interface ListQuery {
   withChildren: boolean;
 }
 
+/**
+ * An Idempotency-Key on the request that sent a write (CONTRACT §7). The owner keeps the write's
+ * result under (tenant, key) in the write's own transaction, so a retry replays it.
+ */
+export interface IdemTag {
+  key: string;
+  /** Hash of method, path, query and body: the same key with another request is refused. */
+  fingerprint: string;
+}
+
 interface Base {
   tenant: string;
   partition: number;
+  idem?: IdemTag;
   /**
    * Milliseconds the sender will still wait for the answer, set by the bus as it sends. A write
    * still queued when its budget runs out is dropped unrun: the client was already told 503, and
@@ -130,7 +141,21 @@ export type Command =
   | (Base & { kind: 'product.create'; id: string; input: ProductInput })
   | (Base & { kind: 'product.get'; id: string })
   | (Base & { kind: 'product.patch'; id: string; ifMatch: IfMatch; patch: ProductPatch })
-  | (Base & { kind: 'product.delete'; id: string; ifMatch: IfMatch });
+  | (Base & { kind: 'product.delete'; id: string; ifMatch: IfMatch })
+  | (Base & { kind: 'order.batch'; atomic: boolean; ops: BatchOp[] });
+
+/**
+ * One operation of POST /orders/batch, already validated and priced by the gateway. Every order
+ * an `order.batch` command touches lives in its partition, so the batch is one turn and (when it
+ * writes) one transaction.
+ */
+export type BatchOp =
+  | { index: number; op: 'create'; id: string; input: OrderInput; items: ItemInput[] }
+  | { index: number; op: 'patch'; id: string; ifMatch: IfMatch; patch: OrderPatch }
+  | { index: number; op: 'delete'; id: string; ifMatch: IfMatch };
+
+/** The outcome of one batch operation: the order's id and new version, or why it failed. */
+export type BatchOutcome = { index: number; ok: true; id: string; version: number | null } | { index: number; ok: false; error: WireError };
 
 /** List queries go to every owner node (scatter), each answering for the partitions it owns. */
 export type Query =
@@ -150,6 +175,7 @@ export interface ReplyMap {
   'product.get': ProductRecord;
   'product.patch': ProductRecord;
   'product.delete': null;
+  'order.batch': BatchOutcome[];
   'order.list': ListPage<OrderRecord>;
   'product.list': ListPage<ProductRecord>;
 }
@@ -159,9 +185,12 @@ export interface ListPage<T> {
   rows: { v: number | string; record: T }[];
 }
 
-export type Result<T> = { ok: true; value: T } | { ok: false; error: WireError };
+/** `replayed`: the answer is the stored result of an earlier request with the same Idempotency-Key. */
+export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true };
 
 export type Kind = Command['kind'] | Query['kind'];
+/** Commands addressed to one record (every kind but the batch, which names many). */
+export type KeyedCommand = Exclude<Command, { kind: 'order.batch' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
 export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
 

@@ -1,7 +1,8 @@
 // A 2xx for a write means it is on disk (CONTRACT §7, ARCHITECTURE property 2). The real
 // process (`node dist/gateway/main.js`, embedded mode) takes a storm of creates, is SIGKILLed
 // in the middle of it, and restarts on the same DATA_DIR: every order whose 201 reached the
-// client must be there, byte for byte, and in the list.
+// client must be there, byte for byte, and in the list. With Idempotency-Keys, every retry after
+// the restart replays what committed and creates what did not: one order per key.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
@@ -37,10 +38,10 @@ test.after.always(async (t) => {
   await removeDir(t.context.dir);
 });
 
-function start(t: { context: Context }): Promise<Running> {
+function start(t: { context: Context }, dir = t.context.dir): Promise<Running> {
   const started = Date.now();
   const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET, LOG_LEVEL: 'warn' },
+    env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   t.context.children.add(child);
@@ -74,7 +75,7 @@ function exited(child: ChildProcess): Promise<{ code: number | null; signal: Nod
 
 type Order = Record<string, unknown> & { id: string };
 
-test('every acknowledged create survives SIGKILL mid-storm, and the restart is prompt', async (t) => {
+test.serial('every acknowledged create survives SIGKILL mid-storm, and the restart is prompt', async (t) => {
   const tok = await token(SECRET, 'orders:read orders:write', { tenant: 'storm' });
   const auth = { authorization: `Bearer ${tok}` };
 
@@ -184,4 +185,81 @@ test('every acknowledged create survives SIGKILL mid-storm, and the restart is p
   second.child.kill('SIGTERM');
   const bye = await Promise.race([exited(second.child), new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 10_000))]);
   t.deepEqual(bye, { code: 0, signal: null });
+});
+
+test.serial('keyed creates killed mid-flight: after the restart every retry replays or creates, and no key makes two orders', async (t) => {
+  const tok = await token(SECRET, 'orders:read orders:write', { tenant: 'keyed-storm' });
+  const headers = (key: string) => ({ authorization: `Bearer ${tok}`, 'content-type': 'application/json', 'idempotency-key': key });
+  const dir = await tempDir('durability-keyed');
+  try {
+    const first = await start(t, dir);
+    const pool = new Pool(first.url, { connections: LOOPS, pipelining: 1 });
+    const sent = new Map<string, string>(); // key -> body
+    const acked = new Map<string, string>(); // key -> order id
+    let stopped = false;
+    const loops = Array.from({ length: LOOPS }, async (_, loop) => {
+      for (let i = 0; !stopped; i++) {
+        const key = `storm-${loop}-${i}`;
+        const body = JSON.stringify({ currency: 'EUR', note: `keyed ${loop}/${i}` });
+        sent.set(key, body);
+        try {
+          const res = await pool.request({ path: '/v1/orders', method: 'POST', headers: headers(key), body });
+          const text = await res.body.text();
+          if (res.statusCode === 201) acked.set(key, (JSON.parse(text) as Order).id);
+        } catch {
+          return; // the process is gone
+        }
+      }
+    });
+    const stormStart = Date.now();
+    while (Date.now() - stormStart < STORM_MAX_MS && acked.size < 1000) await new Promise((r) => setTimeout(r, 20));
+    first.child.kill('SIGKILL');
+    await exited(first.child);
+    stopped = true;
+    await Promise.all(loops);
+    await pool.destroy();
+    t.true(acked.size > 0);
+
+    const second = await start(t, dir);
+    const retry = new Pool(second.url, { connections: 16 });
+    try {
+      const wrong: string[] = [];
+      let replays = 0;
+      const keys = [...sent.keys()];
+      for (let at = 0; at < keys.length; at += 64) {
+        await Promise.all(
+          keys.slice(at, at + 64).map(async (key) => {
+            const res = await retry.request({ path: '/v1/orders', method: 'POST', headers: headers(key), body: sent.get(key)! });
+            const text = await res.body.text();
+            if (res.statusCode !== 201) return void wrong.push(`${key}: ${res.statusCode} ${text}`);
+            const id = (JSON.parse(text) as Order).id;
+            const wasReplayed = res.headers['idempotent-replayed'] === 'true';
+            if (wasReplayed) replays++;
+            // An acknowledged create is on disk with its key: the retry must replay it.
+            if (acked.has(key) && (!wasReplayed || acked.get(key) !== id)) wrong.push(`${key}: acknowledged as ${acked.get(key)}, retried as ${id} (replayed: ${wasReplayed})`);
+          }),
+        );
+      }
+      t.deepEqual(wrong, []);
+      t.true(replays >= acked.size, `${replays} replays for ${acked.size} acknowledged keys`);
+
+      // One order per key sent, whether its first attempt committed or not.
+      let listed = 0;
+      let next: string | undefined = '/v1/orders?limit=100';
+      while (next) {
+        const res = await retry.request({ path: next, method: 'GET', headers: { authorization: `Bearer ${tok}` } });
+        const page = (await res.body.json()) as { data: unknown[]; _links: { next?: { href: string } } };
+        listed += page.data.length;
+        next = page._links.next?.href;
+      }
+      t.is(listed, sent.size, 'exactly one order per key');
+      t.log(`${sent.size} keys sent, ${acked.size} acknowledged before SIGKILL, ${replays} replayed after the restart`);
+    } finally {
+      await retry.close();
+      second.child.kill('SIGTERM');
+      await exited(second.child);
+    }
+  } finally {
+    await removeDir(dir);
+  }
 });

@@ -20,8 +20,9 @@ const ALL = parsePartitions(undefined);
 function echoEndpoint(node: string): ActorEndpoint {
   return {
     handle(cmd) {
-      if (cmd.id === 'boom') throw new Error('handler bug');
-      return Promise.resolve({ ok: true, value: { node, id: cmd.id, partition: cmd.partition } });
+      const id = 'id' in cmd ? cmd.id : undefined;
+      if (id === 'boom') throw new Error('handler bug');
+      return Promise.resolve({ ok: true, value: { node, id, partition: cmd.partition } });
     },
     query(q) {
       return Promise.resolve({ ok: true, value: { node, kind: q.kind } });

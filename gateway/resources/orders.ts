@@ -24,7 +24,7 @@ import {
   sortParam,
   variantOf,
 } from '../collection.js';
-import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
 import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering } from '../representation.js';
@@ -57,7 +57,7 @@ const orderWritable = {
   metadata: metadataSchema,
 };
 
-const createSchema: JsonSchema = {
+export const createSchema: JsonSchema = {
   type: 'object',
   additionalProperties: false,
   required: ['currency'],
@@ -66,7 +66,7 @@ const createSchema: JsonSchema = {
 
 const replaceSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['currency'], properties: orderWritable };
 
-const patchSchema: JsonSchema = {
+export const patchSchema: JsonSchema = {
   type: 'object',
   additionalProperties: false,
   properties: { ...orderWritable, metadata: metadataPatchSchema },
@@ -177,12 +177,17 @@ function orderIdOf(ctx: Ctx): string {
 }
 
 function orderOutcome(o: OrderRecord, status = 200, location?: string): Outcome {
-  const out: Outcome = { status, body: renderOrder(o, undefined, new Set(), undefined), tag: { version: o.version, variant: variantOf(undefined, new Set()) } };
+  const out: Outcome = {
+    status,
+    render: () => renderOrder(o, undefined, new Set(), undefined),
+    cacheKey: o.id,
+    tag: { version: o.version, variant: variantOf(undefined, new Set()) },
+  };
   if (location) out.location = location;
   return out;
 }
 
-function inputOf(body: Record<string, unknown>): OrderInput {
+export function inputOf(body: Record<string, unknown>): OrderInput {
   return {
     currency: body.currency as string,
     customerId: (body.customerId as string | null | undefined) ?? null,
@@ -195,10 +200,18 @@ function inputOf(body: Record<string, unknown>): OrderInput {
  * Turns item requests into priced items: every product must exist in the caller's tenant, and
  * a missing unitPrice takes the product's price, which must then be in the order's currency.
  */
-async function priceItems(ctx: Ctx, orderId: string, currency: string, raw: Record<string, unknown>[], pointer: (i: number) => string): Promise<ItemInput[]> {
+export async function priceItems(ctx: Ctx, orderId: string, currency: string, raw: Record<string, unknown>[], pointer: (i: number) => string): Promise<ItemInput[]> {
+  return priceWith(await fetchProducts(ctx, productIdsOf(raw)), orderId, currency, raw, pointer);
+}
+
+export function productIdsOf(raw: Record<string, unknown>[]): Set<string> {
   const ids = new Set<string>();
   for (const r of raw) if (parseId('product', r.productId as string)) ids.add(r.productId as string);
-  const products = await fetchProducts(ctx, ids);
+  return ids;
+}
+
+/** priceItems over products already fetched (a batch fetches every operation's products at once). */
+export function priceWith(products: Map<string, ProductRecord>, orderId: string, currency: string, raw: Record<string, unknown>[], pointer: (i: number) => string): ItemInput[] {
   const errors: FieldError[] = [];
   const items: ItemInput[] = [];
   raw.forEach((r, i) => {
@@ -299,11 +312,12 @@ export const orderRoutes: RouteDef[] = [
     response: orderSchema,
     async handle(ctx) {
       const body = ctx.body as Record<string, unknown>;
-      const id = newId('order');
+      const id = newId('order', partitionForNew(ctx));
       const input = inputOf(body);
       const items = await priceItems(ctx, id, input.currency, (body.items as Record<string, unknown>[] | undefined) ?? [], (i) => `/items/${i}`);
       const order = await ctx.bus.call({ kind: 'order.create', tenant: principalOf(ctx).tenant, partition: partitionOf(id), id, input, items });
-      return orderOutcome(order, 201, `${BASE}/${id}`);
+      // The answer's id, not the one minted here: a replay answers the first attempt's order.
+      return orderOutcome(order, 201, `${BASE}/${order.id}`);
     },
   }),
 
@@ -427,7 +441,9 @@ export const orderRoutes: RouteDef[] = [
       const current = await ctx.bus.call({ kind: 'order.get', ...t });
       const [item] = await priceItems(ctx, id, current.currency, [ctx.body as Record<string, unknown>], () => '');
       const order = await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item!, currency: current.currency });
-      const stored = order.items.find((i) => i.id === item!.id)!;
+      // Items are only ever appended, so the one this write added is the last in its answer; a
+      // replayed answer names the item of the first attempt, not the id minted for this one.
+      const stored = order.items[order.items.length - 1]!;
       return {
         status: 201,
         body: renderItem(id, stored, undefined),

@@ -20,7 +20,7 @@ import {
   sortParam,
   variantOf,
 } from '../collection.js';
-import { type Ctx, type JsonSchema, type RouteDef, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
 import { cachedRendering } from '../representation.js';
 import { idParam, target, collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY } from './common.js';
 
@@ -124,7 +124,7 @@ export const productRoutes: RouteDef[] = [
     response: productSchema,
     async handle(ctx) {
       const body = ctx.body as { name: string; price: number; currency: string };
-      const id = newId('product');
+      const id = newId('product', partitionForNew(ctx));
       const p = await ctx.bus.call({
         kind: 'product.create',
         tenant: principalOf(ctx).tenant,
@@ -132,7 +132,8 @@ export const productRoutes: RouteDef[] = [
         id,
         input: { name: body.name, price: body.price, currency: body.currency },
       });
-      return outcome(p, 201, `${BASE}/${id}`);
+      // The answer's id, not the one minted here: a replay answers the first attempt's product.
+      return outcome(p, 201, `${BASE}/${p.id}`);
     },
   }),
 

@@ -10,13 +10,14 @@ import type { ExecutionContext, TestFn } from 'ava';
 import { PARTITIONS, partitionOf } from '../../common/ids.js';
 import { Api, type Caller, type Reply, mintToken } from './client.js';
 import type { RunningService } from './service.js';
+import { registerSafeWritesSuite } from './safe-writes-suite.js';
 
 export interface SuiteContext {
   service: RunningService;
   api: Api;
 }
 
-type T = ExecutionContext<SuiteContext>;
+export type T = ExecutionContext<SuiteContext>;
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const STRONG_TAG = /^"[^"]+"$/;
@@ -24,11 +25,11 @@ const STRONG_TAG = /^"[^"]+"$/;
 // ---- helpers ----
 
 /** A fresh tenant per test keeps lists clean across concurrent tests. */
-function newTenant(label: string): string {
+export function newTenant(label: string): string {
   return `${label}-${randomBytes(6).toString('hex')}`;
 }
 
-async function tenant(t: T, label = 'tn', scope?: string): Promise<Caller> {
+export async function tenant(t: T, label = 'tn', scope?: string): Promise<Caller> {
   return t.context.api.as(newTenant(label), scope);
 }
 
@@ -37,7 +38,7 @@ function vary(res: Reply): string[] {
 }
 
 /** RFC 9457 problem+json of the given type, with traceId equal to the Trace-Id header. */
-function assertProblem(t: T, res: Reply, status: number, slug: string, first?: { pointer?: string; parameter?: string; detail?: RegExp }): void {
+export function assertProblem(t: T, res: Reply, status: number, slug: string, first?: { pointer?: string; parameter?: string; detail?: RegExp }): void {
   t.is(res.status, status, `expected ${status} ${slug}, got ${res.status}: ${res.text}`);
   t.regex(res.headers['content-type'] ?? '', /^application\/problem\+json/);
   const body = res.json;
@@ -67,7 +68,7 @@ interface ProductBody {
   currency: string;
 }
 
-async function createProduct(t: T, c: Caller, body: Partial<ProductBody> = {}): Promise<{ id: string; body: Record<string, unknown> }> {
+export async function createProduct(t: T, c: Caller, body: Partial<ProductBody> = {}): Promise<{ id: string; body: Record<string, unknown> }> {
   const res = await c.post('/v1/products', { name: 'Widget', price: 1250, currency: 'EUR', ...body });
   t.is(res.status, 201, res.text);
   return { id: res.json.id as string, body: res.json };
@@ -80,7 +81,7 @@ interface Created {
   body: Record<string, unknown> & { id: string; total: number; status: string };
 }
 
-async function createOrder(t: T, c: Caller, body: Record<string, unknown> = {}): Promise<Created> {
+export async function createOrder(t: T, c: Caller, body: Record<string, unknown> = {}): Promise<Created> {
   const res = await c.post('/v1/orders', { currency: 'EUR', ...body });
   t.is(res.status, 201, res.text);
   return { id: res.json.id, href: `/v1/orders/${res.json.id}`, etag: res.headers.etag ?? '', body: res.json };
@@ -154,6 +155,7 @@ export function runOrderSuiteAgainst(test: TestFn<SuiteContext>, start: () => Pr
   });
 
   registerOrderSuite(test);
+  registerSafeWritesSuite(test);
 }
 
 export function registerOrderSuite(test: TestFn<SuiteContext>): void {

@@ -2,7 +2,7 @@
 //
 //   startEmbedded(): one in-process service (gateway + actor host on LMDB in a temp DATA_DIR);
 //   startCluster():  a real nats-server, two actor node child processes splitting the partitions
-//                    between them, and an in-process gateway that reaches them over NATS.
+//                    between them, and two in-process gateways that reach them over NATS.
 //
 // Both answer the same handle, so one suite (order-suite.ts) runs unchanged against either.
 // close() stops every process it started and removes every directory it made.
@@ -25,6 +25,8 @@ export interface RunningService {
   mode: 'embedded' | 'cluster';
   /** Base URL, e.g. http://127.0.0.1:41234 */
   url: string;
+  /** Every gateway's base URL, `url` first: one in embedded mode, two in cluster mode. */
+  urls: string[];
   /** The HS256 secret the gateway verifies tokens with. */
   secret: string;
   close(): Promise<void>;
@@ -71,6 +73,7 @@ export async function startEmbedded(): Promise<RunningService> {
   return {
     mode: 'embedded',
     url: service.url,
+    urls: [service.url],
     secret,
     async close() {
       await cleanup([() => service.close()]);
@@ -176,11 +179,11 @@ export async function startCluster(): Promise<RunningService> {
   const dirs: string[] = [];
   const nodes: ActorNode[] = [];
   let nats: NatsServer | undefined;
-  let gateway: Service | undefined;
+  const gateways: Service[] = [];
 
   const closeAll = async (): Promise<void> => {
-    // Gateway first, so nothing is in flight when the nodes leave; NATS last.
-    await cleanup([async () => gateway?.close()]);
+    // Gateways first, so nothing is in flight when the nodes leave; NATS last.
+    await cleanup(gateways.map((g) => () => g.close()));
     await cleanup(nodes.map((n) => () => n.stop()));
     await cleanup([async () => nats?.stop(), ...dirs.map((d) => () => rm(d, { recursive: true, force: true }))]);
   };
@@ -199,23 +202,17 @@ export async function startCluster(): Promise<RunningService> {
     const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
     if (failed) throw failed.reason;
 
-    gateway = await startService(
-      loadConfig({
-        PORT: '0',
-        HOST: '127.0.0.1',
-        DATA_DIR: gatewayDir,
-        AUTH_JWT_SECRET: secret,
-        LOG_LEVEL: 'silent',
-        NATS_URL: natsUrl,
-      }),
-      silent(),
-    );
-    await waitForOwners(gateway.url, secret);
+    // Two gateways, as behind a load balancer: any of them may take any request (ARCHITECTURE 4).
+    for (let i = 0; i < 2; i++) {
+      const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: gatewayDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', NATS_URL: natsUrl });
+      gateways.push(await startService(config, silent()));
+    }
+    await Promise.all(gateways.map((g) => waitForOwners(g.url, secret)));
   } catch (err) {
     await closeAll().catch(() => {});
     throw err;
   }
 
-  const url = gateway.url;
-  return { mode: 'cluster', url, secret, close: closeAll };
+  const urls = gateways.map((g) => g.url);
+  return { mode: 'cluster', url: urls[0]!, urls, secret, close: closeAll };
 }

@@ -1,0 +1,43 @@
+// The gateway's half of Idempotency-Key (CONTRACT §7, draft-ietf-httpapi-idempotency-key-header):
+// read and check the key, fingerprint the request, and tag the writes the request sends. The
+// owner of the write keeps the result beside its effect (actors/host.ts), so the gateway keeps
+// nothing and any gateway can answer a retry (ARCHITECTURE property 4).
+
+import { createHash } from 'node:crypto';
+import { ApiError } from '../common/errors.js';
+import type { IdemTag } from '../proto/messages.js';
+import type { GatewayRequest } from './http-types.js';
+
+export const MAX_KEY_LENGTH = 255;
+
+/**
+ * The key from the header, or undefined when there is none. The draft defines the value as a
+ * structured-field String (RFC 8941 §3.3.3), quoted; most clients send it bare, as Stripe
+ * documents, so both are read. Printable ASCII only, 1 to 255 characters.
+ */
+export function parseIdempotencyKey(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  let key = header.trim();
+  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) key = key.slice(1, -1).replace(/\\(["\\])/g, '$1');
+  if (key.length === 0 || key.length > MAX_KEY_LENGTH || !/^[\x20-\x7e]+$/.test(key)) {
+    throw new ApiError('malformed-request', `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} printable ASCII characters.`, {
+      errors: [{ header: 'Idempotency-Key', detail: `must be 1 to ${MAX_KEY_LENGTH} printable ASCII characters` }],
+    });
+  }
+  return key;
+}
+
+/** Method, path, query and body bytes: a retry must repeat all of them to be a replay. */
+export function idemTag(req: GatewayRequest, key: string): IdemTag {
+  const hash = createHash('sha256').update(`${req.method} ${req.path}?${req.query}\n`);
+  if (req.body) hash.update(req.body);
+  return { key, fingerprint: hash.digest('base64url') };
+}
+
+/**
+ * Where a keyed request creates its resource: a partition fixed by (tenant, key), so every retry
+ * of it, through any gateway, reaches the same owner and meets the first one's result there.
+ */
+export function homePartition(tenant: string, key: string): number {
+  return createHash('sha256').update(tenant).update('\u0000').update(key).digest()[0]!;
+}

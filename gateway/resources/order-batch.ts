@@ -1,0 +1,254 @@
+// POST /v1/orders/batch (SPEC §4.2, CONTRACT §7): up to MAX_BATCH creates, patches and deletes of
+// orders in one request.
+//
+//   partial (default): every operation stands alone; 207 with one result per operation.
+//   atomic:            all or nothing; 200 with the results, or one problem naming every failed
+//                      operation, and then nothing was written, even if a process dies halfway.
+//
+// The gateway checks and prices every operation, then sends the operations to the owners of
+// their orders, one `order.batch` command per partition. An atomic batch must fit one partition
+// (ARCHITECTURE property 6: cross-partition atomicity only by co-location), so the owner commits
+// it in one transaction; the orders it creates are minted in that partition.
+
+import { ApiError, PROBLEMS, toWire, type FieldError, type WireError } from '../../common/errors.js';
+import { newId, parseId, partitionOf } from '../../common/ids.js';
+import type { BatchOp, BatchOutcome, IdemTag } from '../../proto/messages.js';
+import { parseIfMatch, versionTag } from '../representation.js';
+import { type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import { validateBody } from '../validate.js';
+import { variantOf } from '../collection.js';
+import { READ_ONLY, problemResponses } from './common.js';
+import { createSchema, inputOf, patchSchema, priceWith, productIdsOf } from './orders.js';
+import { fetchProducts } from './products.js';
+import type { OrderPatch } from '../../proto/messages.js';
+
+const METHODS = ['POST', 'PATCH', 'DELETE'] as const;
+type BatchMethod = (typeof METHODS)[number];
+const SUCCESS_STATUS: Record<BatchMethod, number> = { POST: 201, PATCH: 200, DELETE: 204 };
+
+const operationSchema: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['method'],
+  properties: {
+    method: { type: 'string', enum: [...METHODS] },
+    id: { type: 'string', minLength: 1, maxLength: 64, description: 'The order to PATCH or DELETE.' },
+    ifMatch: { type: 'string', minLength: 1, maxLength: 512, description: 'An ETag of the order, as If-Match would carry it.' },
+    body: { type: 'object', description: 'POST: an order to create (as POST /v1/orders). PATCH: a JSON Merge Patch.' },
+  },
+};
+
+// The envelope only: each operation is checked on its own, so in partial mode a bad one fails
+// alone. The count is checked before anything else (413, CONTRACT §7).
+const batchSchema: JsonSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['operations'],
+  properties: {
+    atomic: { type: 'boolean', description: 'All or nothing (default false: each operation on its own).' },
+    operations: { type: 'array', minItems: 1, items: { type: 'object' }, description: 'At most MAX_BATCH (default 100) operations.' },
+  },
+};
+
+const resultSchema: JsonSchema = {
+  type: 'object',
+  properties: {
+    results: {
+      type: 'array',
+      items: {
+        type: 'object',
+        properties: {
+          index: { type: 'integer' },
+          status: { type: 'integer' },
+          id: { type: 'string' },
+          etag: { type: 'string' },
+          problem: { type: 'object', description: 'A problem (RFC 9457) when the operation failed.' },
+        },
+      },
+    },
+  },
+};
+
+interface RawOp {
+  method: BatchMethod;
+  id?: string;
+  ifMatch?: string;
+  body?: Record<string, unknown>;
+}
+
+type Checked = { index: number; method: BatchMethod; op: BatchOp; itemsRaw: Record<string, unknown>[] };
+
+/** Pointers of a failure inside operation `index`, made absolute in the request document. */
+function within(index: number, err: ApiError, prefix: string): ApiError {
+  const errors = err.extra.errors?.map((e) => (e.pointer === undefined ? e : { ...e, pointer: `/operations/${index}${prefix}${e.pointer}` }));
+  return new ApiError(err.slug, err.detail, errors ? { errors } : {});
+}
+
+function check(index: number, raw: unknown): { method: BatchMethod; id: string | undefined; ifMatch: string | undefined; body: Record<string, unknown> | undefined } {
+  try {
+    validateBody(operationSchema, raw);
+  } catch (err) {
+    throw err instanceof ApiError ? within(index, err, '') : err;
+  }
+  const op = raw as RawOp;
+  const fail = (pointer: string, detail: string): never => {
+    throw new ApiError('validation-failed', `Operation ${index} is invalid.`, { errors: [{ pointer: `/operations/${index}${pointer}`, detail }] });
+  };
+  if (op.method === 'POST' && op.id !== undefined) fail('/id', 'is assigned by the server');
+  if (op.method !== 'POST' && op.id === undefined) fail('/id', `is required for ${op.method}`);
+  if (op.method === 'DELETE' && op.body !== undefined) fail('/body', 'is not allowed for DELETE');
+  if (op.method !== 'DELETE' && op.body === undefined) fail('/body', `is required for ${op.method}`);
+  if (op.method === 'POST' && op.ifMatch !== undefined) fail('/ifMatch', 'is only for PATCH and DELETE');
+  if (op.body !== undefined) {
+    try {
+      if (op.method === 'POST') validateBody(createSchema, op.body, READ_ONLY);
+      else validateBody(patchSchema, op.body, [...READ_ONLY, 'items']);
+    } catch (err) {
+      throw err instanceof ApiError ? within(index, err, '/body') : err;
+    }
+  }
+  return { method: op.method, id: op.id, ifMatch: op.ifMatch, body: op.body };
+}
+
+function problemOf(error: WireError): Record<string, unknown> {
+  const p: Record<string, unknown> = { type: `/problems/${error.code}`, title: PROBLEMS[error.code].title, status: PROBLEMS[error.code].status, detail: error.detail };
+  if (error.errors) p.errors = error.errors;
+  return p;
+}
+
+/** The failures of an atomic batch as one problem: the first failure's type, every failure listed. */
+function atomicFailure(failures: { index: number; error: WireError }[]): ApiError {
+  failures.sort((a, b) => a.index - b.index);
+  const first = failures[0]!;
+  const errors: FieldError[] = [];
+  for (const f of failures) {
+    const entry = { index: f.index, status: PROBLEMS[f.error.code].status, type: `/problems/${f.error.code}` };
+    if (f.error.errors?.length) for (const e of f.error.errors) errors.push({ ...entry, ...e });
+    else errors.push({ ...entry, detail: f.error.detail });
+  }
+  const n = failures.length;
+  return new ApiError(first.error.code, `${n} operation${n === 1 ? '' : 's'} failed, the first at index ${first.index}: ${first.error.detail} Nothing was written.`, { errors });
+}
+
+export const orderBatchRoute: RouteDef = route({
+  method: 'POST',
+  path: '/v1/orders/batch',
+  operationId: 'batchOrders',
+  summary: 'Create, patch and delete orders in one request, each on its own (207) or all or nothing (`atomic`). Safe to retry with Idempotency-Key.',
+  tag: 'orders',
+  scope: 'orders:write',
+  body: { schema: batchSchema },
+  responses: {
+    200: 'Atomic: every operation succeeded; one result each.',
+    207: 'Partial: one result per operation, each with its own status.',
+    ...problemResponses(400, 404, 409, 412, 413, 415, 422),
+  },
+  response: resultSchema,
+  async handle(ctx) {
+    const body = ctx.body as { atomic?: boolean; operations: unknown[] };
+    const atomic = body.atomic === true;
+    const max = ctx.config.maxBatch;
+    if (body.operations.length > max) {
+      throw new ApiError('payload-too-large', `A batch holds at most ${max} operations; this one has ${body.operations.length}. Nothing was written.`);
+    }
+    const tenant = principalOf(ctx).tenant;
+    const failures: { index: number; error: WireError }[] = [];
+    const fail = (index: number, err: unknown): void => {
+      if (!(err instanceof ApiError)) throw err;
+      failures.push({ index, error: toWire(err) });
+    };
+
+    // ---- check every operation on its own ----
+    const checked: Checked[] = [];
+    const existing = new Set<number>();
+    body.operations.forEach((raw, index) => {
+      try {
+        const op = check(index, raw);
+        if (op.method === 'POST') {
+          const input = inputOf(op.body!);
+          const itemsRaw = (op.body!.items as Record<string, unknown>[] | undefined) ?? [];
+          checked.push({ index, method: op.method, itemsRaw, op: { index, op: 'create', id: '', input, items: [] } });
+          return;
+        }
+        const id = parseId('order', op.id!);
+        if (!id) throw new ApiError('not-found', 'No order with that id.');
+        existing.add(partitionOf(id));
+        const ifMatch = parseIfMatch(op.ifMatch);
+        const bop: BatchOp = op.method === 'PATCH' ? { index, op: 'patch', id, ifMatch, patch: op.body as OrderPatch } : { index, op: 'delete', id, ifMatch };
+        checked.push({ index, method: op.method, itemsRaw: [], op: bop });
+      } catch (err) {
+        fail(index, err);
+      }
+    });
+
+    // ---- co-location: an atomic batch commits in one partition's transaction ----
+    let home: number;
+    if (atomic && existing.size > 0) {
+      home = partitionOf((checked.find((c) => c.op.op !== 'create')!.op as { id: string }).id);
+      for (const c of checked) {
+        if (c.op.op !== 'create' && partitionOf(c.op.id) !== home) {
+          fail(c.index, new ApiError('validation-failed', 'An atomic batch commits in one place, and this order is stored apart from the others it names. Orders created by one batch are stored together.'));
+        }
+      }
+    } else {
+      home = partitionForNew(ctx);
+    }
+    if (atomic && failures.length) throw atomicFailure(failures);
+
+    // ---- price the items of every create at once, then mint the ids ----
+    const creates = checked.filter((c) => c.op.op === 'create');
+    const products = creates.length ? await fetchProducts(ctx, creates.flatMap((c) => [...productIdsOf(c.itemsRaw)])) : new Map();
+    const ready: Checked[] = [];
+    for (const c of checked) {
+      if (c.op.op === 'create') {
+        const id = newId('order', home);
+        try {
+          const items = priceWith(products, id, c.op.input.currency, c.itemsRaw, (i) => `/operations/${c.index}/body/items/${i}`);
+          c.op = { ...c.op, id, items };
+        } catch (err) {
+          fail(c.index, err);
+          continue;
+        }
+      }
+      ready.push(c);
+    }
+    if (atomic && failures.length) throw atomicFailure(failures);
+
+    // ---- one command per partition ----
+    const groups = new Map<number, BatchOp[]>();
+    for (const c of ready) {
+      const p = partitionOf(c.op.id);
+      let ops = groups.get(p);
+      if (!ops) groups.set(p, (ops = []));
+      ops.push(c.op);
+    }
+    const tag = ctx.bus.idempotency;
+    const outcomes = (
+      await Promise.all(
+        [...groups].map(([partition, ops]) => {
+          // A retry groups the same operations the same way; each group keeps its own result.
+          const idem: IdemTag | undefined = tag && groups.size > 1 ? { key: `${tag.key}\u0001${partition}`, fingerprint: tag.fingerprint } : undefined;
+          return ctx.bus.call({ kind: 'order.batch', tenant, partition, atomic, ops, ...(idem ? { idem } : {}) });
+        }),
+      )
+    ).flat();
+
+    const byIndex = new Map<number, BatchOutcome>(outcomes.map((o) => [o.index, o]));
+    for (const f of failures) byIndex.set(f.index, { index: f.index, ok: false, error: f.error });
+    const actorFailures = outcomes.filter((o): o is Extract<BatchOutcome, { ok: false }> => !o.ok);
+    if (atomic && actorFailures.length) throw atomicFailure(actorFailures);
+
+    const methodOf = new Map(checked.map((c) => [c.index, c.method]));
+    const variant = variantOf(undefined, new Set());
+    const results = [...byIndex.values()]
+      .sort((a, b) => a.index - b.index)
+      .map((o) => {
+        if (!o.ok) return { index: o.index, status: PROBLEMS[o.error.code].status, problem: problemOf(o.error) };
+        const r: Record<string, unknown> = { index: o.index, status: SUCCESS_STATUS[methodOf.get(o.index)!], id: o.id };
+        // The tag a GET of the order answers (JSON, identity), ready for the next If-Match.
+        if (o.version !== null) r.etag = versionTag(o.version, variant, 'application/json', 'identity');
+        return r;
+      });
+    return { status: atomic ? 200 : 207, body: { results }, cache: 'no-store' };
+  },
+});

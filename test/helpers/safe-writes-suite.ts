@@ -1,0 +1,312 @@
+// Writes that are safe to retry (CONTRACT §7): Idempotency-Key on POST, and POST /orders/batch in
+// partial and atomic mode. Registered beside the order suite, so both run in embedded mode and
+// against two gateways over NATS in cluster mode.
+
+import { randomBytes } from 'node:crypto';
+import type { TestFn } from 'ava';
+import { Caller, HttpClient, type Reply } from './client.js';
+import { assertProblem, createOrder, createProduct, tenant, type SuiteContext, type T } from './order-suite.js';
+
+const key = (): string => `key-${randomBytes(8).toString('hex')}`;
+
+async function countOrders(t: T, c: Caller): Promise<number> {
+  const res = await c.get('/v1/orders?limit=100');
+  t.is(res.status, 200, res.text);
+  return (res.json.data as unknown[]).length;
+}
+
+function replayed(res: Reply): boolean {
+  return res.headers['idempotent-replayed'] === 'true';
+}
+
+/** The same caller through every gateway of the service. */
+function everyGateway(t: T, c: Caller): { callers: Caller[]; close: () => Promise<void> } {
+  const clients = t.context.service.urls.map((u) => new HttpClient(u));
+  return { callers: clients.map((h) => new Caller(h, c.tenant, c.token)), close: async () => void (await Promise.all(clients.map((h) => h.close()))) };
+}
+
+export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
+  // ---------------- Idempotency-Key ----------------
+
+  test('idempotency: a retried create replays the first status, body, Location and ETag, even after the order changed', async (t) => {
+    const c = await tenant(t, 'idem');
+    const k = key();
+    const body = { currency: 'EUR', note: 'first' };
+    const first = await c.post('/v1/orders', body, { 'idempotency-key': k });
+    t.is(first.status, 201, first.text);
+    t.false(replayed(first), 'the first answer is not a replay');
+    const id = first.json.id as string;
+    t.is(first.headers.location, `/v1/orders/${id}`);
+
+    const patched = await c.patch(`/v1/orders/${id}`, { note: 'changed' });
+    t.is(patched.status, 200, patched.text);
+
+    const again = await c.post('/v1/orders', body, { 'idempotency-key': k });
+    t.is(again.status, 201, again.text);
+    t.true(replayed(again), 'Idempotent-Replayed: true');
+    t.is(again.text, first.text, 'the first body, byte for byte');
+    t.is(again.headers.location, first.headers.location);
+    t.is(again.headers.etag, first.headers.etag);
+    t.is(await countOrders(t, c), 1, 'one order, however many retries');
+    t.is((await c.get(`/v1/orders/${id}`)).json.note, 'changed', 'the replay changed nothing');
+  });
+
+  test('idempotency: the same key with another body, path or method is 422 idempotency-key-reused and runs nothing', async (t) => {
+    const c = await tenant(t, 'idem');
+    const k = key();
+    const first = await c.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k });
+    t.is(first.status, 201, first.text);
+    const otherBody = await c.post('/v1/orders', { currency: 'USD' }, { 'idempotency-key': k });
+    assertProblem(t, otherBody, 422, 'idempotency-key-reused');
+    // A keyed create lives where its key does, so another create or an action on that order
+    // with the same key meets the first use, in either mode.
+    const otherPath = await c.post('/v1/products', { name: 'Other', price: 1, currency: 'EUR' }, { 'idempotency-key': k });
+    assertProblem(t, otherPath, 422, 'idempotency-key-reused');
+    const otherAction = await c.post(`/v1/orders/${first.json.id}/cancel`, undefined, { 'idempotency-key': k });
+    assertProblem(t, otherAction, 422, 'idempotency-key-reused');
+    t.is((await c.get(`/v1/orders/${first.json.id}`)).json.status, 'pending', 'the cancel did not run');
+    t.is(await countOrders(t, c), 1);
+    t.is((await c.get('/v1/products')).json.data.length, 0, 'the product was not created');
+  });
+
+  test('idempotency: a key over 255 characters, empty, or not printable ASCII is 400; the quoted form names the same key', async (t) => {
+    const c = await tenant(t, 'idem');
+    for (const bad of ['x'.repeat(256), '""', 'tab\there']) {
+      const res = await c.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': bad });
+      assertProblem(t, res, 400, 'malformed-request');
+      t.is(res.json.errors?.[0]?.header, 'Idempotency-Key');
+    }
+    t.is(await countOrders(t, c), 0, 'nothing was created');
+    const long = 'k'.repeat(255);
+    const ok = await c.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': long });
+    t.is(ok.status, 201, ok.text);
+    const quoted = await c.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': `"${long}"` });
+    t.is(quoted.status, 201);
+    t.true(replayed(quoted), 'an RFC 8941 string names the same key as the bare token');
+    t.is(quoted.json.id, ok.json.id);
+  });
+
+  test('idempotency: keys are scoped per tenant', async (t) => {
+    const a = await tenant(t, 'idem-a');
+    const b = await tenant(t, 'idem-b');
+    const k = key();
+    const ra = await a.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k });
+    const rb = await b.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k });
+    t.is(ra.status, 201);
+    t.is(rb.status, 201);
+    t.false(replayed(rb), "another tenant's key is another key");
+    t.not(ra.json.id, rb.json.id);
+  });
+
+  test('idempotency: concurrent identical creates through every gateway make exactly one order', async (t) => {
+    const c = await tenant(t, 'idem-race');
+    const { callers, close } = everyGateway(t, c);
+    try {
+      const k = key();
+      const body = { currency: 'EUR', note: 'race' };
+      const answers = await Promise.all(Array.from({ length: 24 }, (_, i) => callers[i % callers.length]!.post('/v1/orders', body, { 'idempotency-key': k })));
+      const created = answers.filter((r) => r.status === 201);
+      const inFlight = answers.filter((r) => r.status === 409);
+      t.is(created.length + inFlight.length, answers.length, answers.map((r) => `${r.status} ${r.text}`).join('\n'));
+      t.is(created.filter((r) => !replayed(r)).length, 1, 'one request ran; every other 201 is a replay');
+      t.is(new Set(created.map((r) => r.json.id)).size, 1, 'every 201 names the same order');
+      for (const r of inFlight) {
+        assertProblem(t, r, 409, 'idempotency-key-in-flight');
+        t.regex(r.headers['retry-after'] ?? '', /^\d+$/);
+      }
+      t.is(await countOrders(t, c), 1, 'exactly one effect');
+      // Once the first has finished, a retry through either gateway replays it.
+      for (const caller of callers) {
+        const late = await caller.post('/v1/orders', body, { 'idempotency-key': k });
+        t.is(late.status, 201);
+        t.true(replayed(late));
+      }
+    } finally {
+      await close();
+    }
+  });
+
+  test('idempotency: a refusal decided by the order is replayed too; a request refused before it ran is not kept', async (t) => {
+    const c = await tenant(t, 'idem');
+    const order = await createOrder(t, c);
+    const k = key();
+    // Total 0: paying is refused by the order itself, and that answer is kept under the key.
+    const refused = await c.post(`/v1/orders/${order.id}/pay`, undefined, { 'idempotency-key': k });
+    assertProblem(t, refused, 409, 'invalid-state');
+    const product = await createProduct(t, c, { price: 100 });
+    t.is((await c.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 1 })).status, 201);
+    const again = await c.post(`/v1/orders/${order.id}/pay`, undefined, { 'idempotency-key': k });
+    assertProblem(t, again, 409, 'invalid-state');
+    t.true(replayed(again), 'the first answer, even though paying would now succeed');
+    t.is((await c.get(order.href)).json.status, 'pending');
+
+    // A body that fails validation never reached the order: the key stays free.
+    const k2 = key();
+    const invalid = await c.post('/v1/orders', { currency: 'euro' }, { 'idempotency-key': k2 });
+    assertProblem(t, invalid, 422, 'validation-failed');
+    const valid = await c.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k2 });
+    t.is(valid.status, 201, valid.text);
+    t.false(replayed(valid));
+  });
+
+  test('idempotency: pay and add-item retries replay the first answer and act once', async (t) => {
+    const c = await tenant(t, 'idem');
+    const product = await createProduct(t, c, { price: 100 });
+    const order = await createOrder(t, c);
+    const k = key();
+    const add = await c.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 2 }, { 'idempotency-key': k });
+    t.is(add.status, 201, add.text);
+    const addAgain = await c.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 2 }, { 'idempotency-key': k });
+    t.is(addAgain.status, 201);
+    t.true(replayed(addAgain));
+    t.is(addAgain.headers.location, add.headers.location, 'the first item, not a second one');
+    t.is(addAgain.text, add.text);
+    const items = await c.get(`/v1/orders/${order.id}/items`);
+    t.is(items.json.data.length, 1);
+
+    const kp = key();
+    const pay = await c.post(`/v1/orders/${order.id}/pay`, undefined, { 'idempotency-key': kp });
+    t.is(pay.status, 200, pay.text);
+    const payAgain = await c.post(`/v1/orders/${order.id}/pay`, undefined, { 'idempotency-key': kp });
+    t.is(payAgain.status, 200, 'a retried pay is not 409: it replays the success');
+    t.true(replayed(payAgain));
+    t.is(payAgain.text, pay.text);
+    t.is(payAgain.headers.etag, pay.headers.etag);
+  });
+
+  // ---------------- POST /orders/batch ----------------
+
+  test('batch: partial mode answers 207 with one result per operation; a failed operation changes nothing', async (t) => {
+    const c = await tenant(t, 'batch');
+    const a = await createOrder(t, c, { note: 'a' });
+    const b = await createOrder(t, c, { note: 'b' });
+    const res = await c.post('/v1/orders/batch', {
+      operations: [
+        { method: 'POST', body: { currency: 'EUR', note: 'new' } },
+        { method: 'PATCH', id: a.id, ifMatch: a.etag, body: { note: 'a2' } },
+        { method: 'PATCH', id: b.id, ifMatch: '"999-stale"', body: { note: 'b2' } },
+        { method: 'POST', body: { currency: 'euro' } },
+        { method: 'DELETE', id: b.id },
+        { method: 'DELETE', id: 'ord_missing' },
+      ],
+    });
+    t.is(res.status, 207, res.text);
+    const results = res.json.results as Record<string, unknown>[];
+    t.deepEqual(results.map((r) => [r.index, r.status]), [[0, 201], [1, 200], [2, 412], [3, 422], [4, 204], [5, 404]]);
+    const created = results[0]!;
+    t.regex(String(created.id), /^ord_/);
+    const got = await c.get(`/v1/orders/${created.id}`);
+    t.is(got.status, 200);
+    t.is(got.headers.etag, String(created.etag), 'the result carries the ETag a GET answers');
+    t.is((await c.get(a.href)).json.note, 'a2');
+    t.is(results[1]!.etag, (await c.get(a.href)).headers.etag);
+    t.is((results[2]!.problem as Record<string, unknown>).type, '/problems/precondition-failed');
+    const invalid = results[3]!.problem as { type: string; errors: { pointer: string }[] };
+    t.is(invalid.type, '/problems/validation-failed');
+    t.is(invalid.errors[0]!.pointer, '/operations/3/body/currency');
+    t.is((await c.get(b.href)).status, 404, 'the delete after the refused patch went through');
+    t.is(await countOrders(t, c), 2);
+  });
+
+  test('batch: atomic mode is 200 with every result, or one problem naming every failed index with nothing written', async (t) => {
+    const c = await tenant(t, 'batch');
+    const ok = await c.post('/v1/orders/batch', { atomic: true, operations: [{ method: 'POST', body: { currency: 'EUR', note: 'x' } }, { method: 'POST', body: { currency: 'USD' } }] });
+    t.is(ok.status, 200, ok.text);
+    const [x, y] = ok.json.results as { index: number; status: number; id: string; etag: string }[];
+    t.is(x!.status, 201);
+    t.is(y!.status, 201);
+    t.is(await countOrders(t, c), 2);
+
+    // Orders created together live together, so one atomic batch can change them both.
+    const together = await c.post('/v1/orders/batch', {
+      atomic: true,
+      operations: [
+        { method: 'PATCH', id: x!.id, ifMatch: x!.etag, body: { note: 'x2' } },
+        { method: 'DELETE', id: y!.id, ifMatch: y!.etag },
+        { method: 'POST', body: { currency: 'EUR', note: 'z' } },
+      ],
+    });
+    t.is(together.status, 200, together.text);
+    t.is((await c.get(`/v1/orders/${y!.id}`)).status, 404);
+
+    const before = (await c.get(`/v1/orders/${x!.id}`)).text;
+    const failed = await c.post('/v1/orders/batch', {
+      atomic: true,
+      operations: [
+        { method: 'PATCH', id: x!.id, body: { note: 'must not stick' } },
+        { method: 'POST', body: { currency: 'EUR', note: 'must not exist' } },
+        { method: 'DELETE', id: y!.id },
+        { method: 'PATCH', id: x!.id, ifMatch: '"1-stale"', body: { note: 'stale' } },
+      ],
+    });
+    assertProblem(t, failed, 404, 'not-found');
+    const errors = failed.json.errors as { index: number; status: number; type: string; detail: string }[];
+    t.deepEqual(errors.map((e) => [e.index, e.status, e.type]), [
+      [2, 404, '/problems/not-found'],
+      [3, 412, '/problems/precondition-failed'],
+    ]);
+    t.is((await c.get(`/v1/orders/${x!.id}`)).text, before, 'the first operation was not applied');
+    t.is(await countOrders(t, c), 2, 'the create was not applied');
+  });
+
+  test('batch: more than MAX_BATCH operations is 413 and nothing is written; a bad envelope is 422', async (t) => {
+    const c = await tenant(t, 'batch');
+    const operations = Array.from({ length: 101 }, () => ({ method: 'POST', body: { currency: 'EUR' } }));
+    const res = await c.post('/v1/orders/batch', { operations });
+    assertProblem(t, res, 413, 'payload-too-large');
+    const atomic = await c.post('/v1/orders/batch', { atomic: true, operations });
+    assertProblem(t, atomic, 413, 'payload-too-large');
+    t.is(await countOrders(t, c), 0);
+    assertProblem(t, await c.post('/v1/orders/batch', { operations: [] }), 422, 'validation-failed', { pointer: '/operations' });
+    assertProblem(t, await c.post('/v1/orders/batch', { ops: [] }), 422, 'validation-failed');
+    const full = await c.post('/v1/orders/batch', { operations: operations.slice(0, 100) });
+    t.is(full.status, 207, 'exactly MAX_BATCH is fine');
+    t.is(await countOrders(t, c), 100);
+  });
+
+  test('batch: an atomic batch over orders stored apart is refused whole', async (t) => {
+    const c = await tenant(t, 'batch');
+    // Orders created one by one land in partitions of their own; find two that differ.
+    const orders = await Promise.all(Array.from({ length: 4 }, () => createOrder(t, c)));
+    const parts = new Set(orders.map((o) => o.id.slice(13, 15)));
+    t.true(parts.size > 1, 'four random partitions are not all equal');
+    const res = await c.post('/v1/orders/batch', { atomic: true, operations: orders.map((o) => ({ method: 'PATCH', id: o.id, body: { note: 'together' } })) });
+    assertProblem(t, res, 422, 'validation-failed');
+    t.true((res.json.errors as { index: number }[]).length > 0);
+    for (const o of orders) t.is((await c.get(o.href)).json.note, null, 'nothing was applied');
+    // The same operations without atomic apply one by one.
+    const partial = await c.post('/v1/orders/batch', { operations: orders.map((o) => ({ method: 'PATCH', id: o.id, body: { note: 'each' } })) });
+    t.is(partial.status, 207);
+    t.true((partial.json.results as { status: number }[]).every((r) => r.status === 200));
+  });
+
+  test('batch: a retried batch with Idempotency-Key replays its results and writes nothing more', async (t) => {
+    const c = await tenant(t, 'batch');
+    const a = await createOrder(t, c);
+    const k = key();
+    const body = {
+      operations: [
+        { method: 'POST', body: { currency: 'EUR', note: 'one' } },
+        { method: 'POST', body: { currency: 'EUR', note: 'two' } },
+        { method: 'PATCH', id: a.id, body: { note: 'patched once' } },
+      ],
+    };
+    const first = await c.post('/v1/orders/batch', body, { 'idempotency-key': k });
+    t.is(first.status, 207, first.text);
+    const again = await c.post('/v1/orders/batch', body, { 'idempotency-key': k });
+    t.is(again.status, 207);
+    t.true(replayed(again));
+    t.deepEqual(again.json, first.json, 'the same ids and tags');
+    t.is(await countOrders(t, c), 3, 'two creates, once');
+    const patchResult = (first.json.results as { etag: string }[])[2]!;
+    t.is((await c.get(a.href)).headers.etag, patchResult.etag, 'the patch ran once: the order is at the version it answered');
+    const atomicBody = { atomic: true, operations: [{ method: 'POST', body: { currency: 'EUR' } }] };
+    const ka = key();
+    const at1 = await c.post('/v1/orders/batch', atomicBody, { 'idempotency-key': ka });
+    const at2 = await c.post('/v1/orders/batch', atomicBody, { 'idempotency-key': ka });
+    t.is(at1.status, 200);
+    t.true(replayed(at2));
+    t.deepEqual(at2.json, at1.json);
+    t.is(await countOrders(t, c), 4);
+  });
+}

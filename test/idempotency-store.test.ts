@@ -1,0 +1,110 @@
+// The owner's half of Idempotency-Key (CONTRACT §7), against a real actor host on LMDB with a
+// clock the tests move: the result is kept with the effect, answered again to a retry whose
+// first answer was lost, kept no longer than the TTL, and never kept for a failure of ours.
+
+import anyTest, { type TestFn } from 'ava';
+import { newId, partitionOf, PARTITIONS } from '../common/ids.js';
+import { ActorHost } from '../actors/host.js';
+import type { Command, IdemTag, OrderRecord, Result } from '../proto/messages.js';
+import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+
+interface Context {
+  dir: string;
+  host: ActorHost;
+  clock: { now: number };
+}
+
+const test = anyTest as TestFn<Context>;
+const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+const HOUR = 3600_000;
+const TTL = 24 * HOUR;
+
+test.beforeEach(async (t) => {
+  const dir = await tempDir('idem-store');
+  const clock = { now: Date.UTC(2026, 0, 1) };
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, idempotencyTtlMs: TTL, now: () => clock.now, log: silentLog() });
+  t.context = { dir, host, clock };
+});
+
+test.afterEach.always(async (t) => {
+  await t.context.host.close();
+  await removeDir(t.context.dir);
+});
+
+function create(tenant: string, idem: IdemTag | undefined, note = 'n'): Command {
+  const id = newId('order', 7);
+  return { kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note, metadata: {} }, items: [], ...(idem ? { idem } : {}) };
+}
+
+const tag = (key: string, fingerprint = 'fp-1'): IdemTag => ({ key, fingerprint });
+const idOf = (r: Result<unknown>): string => (r.ok ? (r.value as OrderRecord).id : `error ${r.error.code}`);
+
+test('a keyed write whose answer was lost is answered again to the retry, and runs once', async (t) => {
+  const { host } = t.context;
+  const first = await host.handle(create('t1', tag('k')));
+  t.true(first.ok);
+  t.falsy(first.replayed);
+  // The retry carries another freshly minted id: the stored result answers, not a second create.
+  const retry = await host.handle(create('t1', tag('k')));
+  t.true(retry.replayed);
+  t.is(idOf(retry), idOf(first));
+  t.deepEqual(retry.ok && retry.value, first.ok && first.value);
+  const other = await host.handle(create('t1', tag('k', 'fp-2')));
+  t.like(other, { ok: false, error: { code: 'idempotency-key-reused' } });
+});
+
+test('two writes with one key at once: the second is refused as in flight, not queued', async (t) => {
+  const { host } = t.context;
+  const a = host.handle(create('t1', tag('race')));
+  const b = await host.handle(create('t1', tag('race')));
+  t.like(b, { ok: false, error: { code: 'idempotency-key-in-flight' } });
+  t.true((await a).ok);
+});
+
+test('a key is kept for the TTL: after it, the same key runs anew, and the sweep forgets it', async (t) => {
+  const { host, clock } = t.context;
+  const first = await host.handle(create('t1', tag('ttl')));
+  clock.now += TTL - 1;
+  const within = await host.handle(create('t1', tag('ttl')));
+  t.true(within.replayed, 'still kept one millisecond before expiry');
+  clock.now += 2;
+  const after = await host.handle(create('t1', tag('ttl')));
+  t.true(after.ok);
+  t.falsy(after.replayed, 'an expired key is a new key');
+  t.not(idOf(after), idOf(first));
+
+  // The sweep removes what is due, and only that. Winding the clock back afterwards shows it:
+  // a key still kept would be replayed at that time, a swept one runs anew.
+  const start = clock.now;
+  await host.handle(create('t1', tag('due')));
+  clock.now = start + TTL / 2;
+  const notDue = await host.handle(create('t1', tag('not-due')));
+  clock.now = start + TTL + 1;
+  await host.sweepIdempotency();
+  clock.now = start + 1;
+  const due = await host.handle(create('t1', tag('due')));
+  t.falsy(due.replayed, 'the key past its expiry was swept');
+  const kept = await host.handle(create('t1', tag('not-due')));
+  t.true(kept.replayed, 'a key not yet due survives the sweep');
+  t.is(idOf(kept), idOf(notDue));
+});
+
+test('a failure of ours (5xx) is not kept: the retry runs', async (t) => {
+  const { host } = t.context;
+  // items: null makes the order actor throw a TypeError: an internal failure, not a refusal.
+  const broken = { ...create('t1', tag('bug')), items: null } as unknown as Command;
+  const failed = await host.handle(broken);
+  t.like(failed, { ok: false, error: { code: 'internal' } });
+  const retry = await host.handle(create('t1', tag('bug')));
+  t.true(retry.ok);
+  t.falsy(retry.replayed);
+});
+
+test('keys are per tenant', async (t) => {
+  const { host } = t.context;
+  const a = await host.handle(create('t1', tag('same')));
+  const b = await host.handle(create('t2', tag('same')));
+  t.true(a.ok && b.ok);
+  t.falsy(b.replayed);
+  t.not(idOf(a), idOf(b));
+});
