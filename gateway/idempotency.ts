@@ -3,7 +3,7 @@
 // owner of the write keeps the result beside its effect (actors/host.ts), so the gateway keeps
 // nothing and any gateway can answer a retry (ARCHITECTURE property 4).
 
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
 import type { IdemTag } from '../proto/messages.js';
 import type { GatewayRequest } from './http-types.js';
@@ -29,9 +29,9 @@ export function parseIdempotencyKey(header: string | undefined): string | undefi
 
 /** Method, path, query and body bytes: a retry must repeat all of them to be a replay. */
 export function idemTag(req: GatewayRequest, key: string): IdemTag {
-  const hash = createHash('sha256').update(`${req.method} ${req.path}?${req.query}\n`);
-  if (req.body) hash.update(req.body);
-  return { key, fingerprint: hash.digest('base64url') };
+  const head = Buffer.from(`${req.method} ${req.path}?${req.query}\n`);
+  // One-shot hash: about half the cost of a createHash object for the small bodies most POSTs carry.
+  return { key, fingerprint: hash('sha256', req.body ? Buffer.concat([head, req.body]) : head, 'base64url') };
 }
 
 /**
@@ -39,5 +39,5 @@ export function idemTag(req: GatewayRequest, key: string): IdemTag {
  * of it, through any gateway, reaches the same owner and meets the first one's result there.
  */
 export function homePartition(tenant: string, key: string): number {
-  return createHash('sha256').update(tenant).update('\u0000').update(key).digest()[0]!;
+  return hash('sha256', `${tenant}\u0000${key}`, 'buffer')[0]!;
 }

@@ -21,6 +21,8 @@ export interface LoadSpec {
   body?: string;
   /** The status every response should have (200, 201, 304). */
   expectStatus: number;
+  /** A header given a value never sent before on every request (e.g. a fresh Idempotency-Key). */
+  uniqueHeader?: string;
   connections: number;
   seconds: number;
   /** Processes whose CPU use is reported beside the figures (the server side), by name. */
@@ -99,7 +101,20 @@ async function runWrk(spec: LoadSpec): Promise<LoadResult> {
   const lines = [`wrk.method = ${luaString(spec.method)}`];
   for (const [k, v] of Object.entries(spec.headers)) lines.push(`wrk.headers[${luaString(k)}] = ${luaString(v)}`);
   if (spec.body !== undefined) lines.push(`wrk.body = ${luaString(spec.body)}`);
-  if (spec.paths.length > 1) {
+  if (spec.uniqueHeader !== undefined) {
+    // Thread number, run prefix and counter make every value unique within and across runs.
+    const prefix = `${process.pid}-${Date.now().toString(36)}`;
+    lines.push(`local paths = {${spec.paths.map(luaString).join(',')}}`, 'local n = #paths', 'local i = 0');
+    lines.push('local threads = 0');
+    lines.push('setup = function(thread) threads = threads + 1; thread:set("tid", threads) end');
+    lines.push(
+      'request = function()',
+      '  i = i + 1',
+      `  wrk.headers[${luaString(spec.uniqueHeader)}] = ${luaString(prefix)} .. "-" .. (tid or 0) .. "-" .. i`,
+      '  return wrk.format(nil, paths[i % n + 1])',
+      'end',
+    );
+  } else if (spec.paths.length > 1) {
     // A request() function costs wrk a Lua call per request; only used when paths vary.
     lines.push(`local paths = {${spec.paths.map(luaString).join(',')}}`);
     lines.push('local n = #paths', 'local i = 0');
@@ -160,6 +175,12 @@ async function runWrk(spec: LoadSpec): Promise<LoadResult> {
   }
 }
 
+function unique(header: string): (req: { headers?: Record<string, string> }) => { headers?: Record<string, string> } {
+  const prefix = `${process.pid}-${Date.now().toString(36)}`;
+  let i = 0;
+  return (req) => ({ ...req, headers: { ...req.headers, [header]: `${prefix}-${++i}` } });
+}
+
 async function runAutocannon(spec: LoadSpec): Promise<LoadResult> {
   const result = await new Promise<autocannon.Result>((resolve, reject) => {
     const instance = autocannon(
@@ -171,7 +192,7 @@ async function runAutocannon(spec: LoadSpec): Promise<LoadResult> {
         method: spec.method,
         headers: spec.headers,
         body: spec.body,
-        requests: spec.paths.map((path) => ({ path })),
+        requests: spec.paths.map((path) => ({ path, ...(spec.uniqueHeader === undefined ? {} : { setupRequest: unique(spec.uniqueHeader) }) })),
       },
       (err, res) => {
         clearTimeout(guard);

@@ -89,8 +89,12 @@ export function printRun(title: string, s: Settings): void {
 export interface Target {
   label: string;
   server: ServerKind;
-  /** The figure checked, read from that server's row. */
-  metric: 'ratioVsCeiling' | 'ratioVsFastify' | 'p99Ms';
+  /**
+   * The figure checked, read from that server's row; `ratioVsScenario` is its rps over the same
+   * server's rps in the `baseline` scenario of the same run.
+   */
+  metric: 'ratioVsCeiling' | 'ratioVsFastify' | 'p99Ms' | 'ratioVsScenario';
+  baseline?: string;
   op: '>=' | '<';
   value: number;
   /** Restrict to one scenario label when a script measures several. */
@@ -106,7 +110,13 @@ export interface TargetOutcome {
 export function evaluateTargets(rows: Row[], targets: Target[]): TargetOutcome[] {
   return targets.map((t) => {
     const row = rows.find((r) => r.server === t.server && (t.scenario === undefined || r.scenario === t.scenario));
-    const measured = !row?.result ? undefined : t.metric === 'p99Ms' ? row.result.p99Ms : row[t.metric];
+    const base = rows.find((r) => r.server === t.server && r.scenario === t.baseline)?.result?.rps;
+    let measured: number | undefined;
+    if (row?.result) {
+      if (t.metric === 'p99Ms') measured = row.result.p99Ms;
+      else if (t.metric === 'ratioVsScenario') measured = base ? row.result.rps / base : undefined;
+      else measured = row[t.metric];
+    }
     if (measured === undefined) return { label: t.label, measured: null, pass: null };
     return { label: t.label, measured, pass: t.op === '>=' ? measured >= t.value : measured < t.value };
   });

@@ -201,6 +201,7 @@ export function inputOf(body: Record<string, unknown>): OrderInput {
  * a missing unitPrice takes the product's price, which must then be in the order's currency.
  */
 export async function priceItems(ctx: Ctx, orderId: string, currency: string, raw: Record<string, unknown>[], pointer: (i: number) => string): Promise<ItemInput[]> {
+  if (raw.length === 0) return [];
   return priceWith(await fetchProducts(ctx, productIdsOf(raw)), orderId, currency, raw, pointer);
 }
 

@@ -29,6 +29,8 @@ export interface RunningService {
   urls: string[];
   /** The HS256 secret the gateway verifies tokens with. */
   secret: string;
+  /** Cluster mode: the nats-server every process talks to, for tests that take it away. */
+  nats?: NatsServer;
   close(): Promise<void>;
 }
 
@@ -57,13 +59,14 @@ async function cleanup(steps: (() => Promise<unknown>)[]): Promise<void> {
   if (failed) throw failed.reason;
 }
 
-export async function startEmbedded(): Promise<RunningService> {
+/** `env` overrides settings (e.g. BUS_TIMEOUT_MS, MAILBOX_LIMIT) for tests of limits. */
+export async function startEmbedded(env: Record<string, string> = {}): Promise<RunningService> {
   const dataDir = await tempDir('embedded');
   const secret = newSecret();
   let service: Service;
   try {
     service = await startService(
-      loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent' }),
+      loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', ...env }),
       silent(),
     );
   } catch (err) {
@@ -214,5 +217,5 @@ export async function startCluster(): Promise<RunningService> {
   }
 
   const urls = gateways.map((g) => g.url);
-  return { mode: 'cluster', url: urls[0]!, urls, secret, close: closeAll };
+  return { mode: 'cluster', url: urls[0]!, urls, secret, nats, close: closeAll };
 }

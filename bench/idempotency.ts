@@ -1,0 +1,45 @@
+// Scenario: what an Idempotency-Key costs (issue targets): a POST with a fresh key against a plain
+// POST, and a replay (the same key and body every time, so every request after the first is
+// answered from the stored result) against a GET of one order. All four run against the service
+// in the same run, so the figures are ratios between them.
+import { closeHttp } from './lib/http.js';
+import { ORDER_BODY } from './lib/fixtures.js';
+import { createOrder } from './lib/orders.js';
+import { compare, finish, only, printRun, settings } from './lib/scenario.js';
+import { startService } from './lib/servers.js';
+import { mintToken } from './lib/token.js';
+
+const SCENARIO = 'idempotency';
+const s = settings();
+printRun(SCENARIO, s);
+const token = await mintToken();
+const auth = { authorization: `Bearer ${token}` };
+const post = { ...auth, 'content-type': 'application/json' };
+
+const rows = await compare(
+  only([{ kind: 'service', start: () => startService() }]),
+  async (subject) => {
+    const order = await createOrder(subject.url, token);
+    return [
+      { scenario: 'post plain', request: { method: 'POST', paths: ['/v1/orders'], headers: post, body: ORDER_BODY, expectStatus: 201 } },
+      {
+        scenario: 'post keyed',
+        request: { method: 'POST', paths: ['/v1/orders'], headers: post, body: ORDER_BODY, expectStatus: 201, uniqueHeader: 'idempotency-key' },
+      },
+      {
+        scenario: 'post replay',
+        request: { method: 'POST', paths: ['/v1/orders'], headers: { ...post, 'idempotency-key': 'bench-replay' }, body: ORDER_BODY, expectStatus: 201 },
+      },
+      { scenario: 'get order', request: { method: 'GET', paths: [order.path], headers: auth, expectStatus: 200 } },
+    ];
+  },
+  s,
+  SCENARIO,
+);
+
+finish(SCENARIO, s, rows, [
+  // "costs at most 1.2x" in time per request is at least 1/1.2 = 0.83x in requests per second.
+  { label: 'keyed POST >= 0.83x plain POST rps (costs <= 1.2x)', server: 'service', scenario: 'post keyed', metric: 'ratioVsScenario', baseline: 'post plain', op: '>=', value: 1 / 1.2 },
+  { label: 'replayed POST >= 1.0x GET rps', server: 'service', scenario: 'post replay', metric: 'ratioVsScenario', baseline: 'get order', op: '>=', value: 1 },
+]);
+await closeHttp();
