@@ -13,6 +13,12 @@ export function invalidParameter(parameter: string, detail: string): ApiError {
   return new ApiError('invalid-parameter', `The '${parameter}' parameter is invalid: ${detail}.`, { errors: [{ parameter, detail }] });
 }
 
+/**
+ * Longest cursor accepted. The longest this service issues holds a product name of 200 code
+ * points at 4 UTF-8 bytes each, about 1,150 characters once base64url-encoded.
+ */
+export const MAX_CURSOR_LENGTH = 2048;
+
 export const LIST_PARAMS: Record<string, QueryParam> = {
   limit: { description: `Page size, 1 to ${MAX_LIMIT} (default ${DEFAULT_LIMIT}).`, schema: { type: 'integer', minimum: 1, maximum: MAX_LIMIT } },
   cursor: { description: 'Opaque position from a previous page\'s `next` link.', schema: { type: 'string' } },
@@ -105,7 +111,7 @@ export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey:
   if (raw === null) return undefined;
   let c: unknown;
   try {
-    if (raw.length > 1024 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw new Error('shape');
+    if (raw.length > MAX_CURSOR_LENGTH || !/^[A-Za-z0-9_-]+$/.test(raw)) throw new Error('shape');
     c = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8'));
   } catch {
     throw invalidParameter('cursor', 'is not a cursor this service issued');
