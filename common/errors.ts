@@ -3,7 +3,11 @@
 // on `type`.
 
 export const PROBLEMS = {
-  'malformed-request': { status: 400, title: 'Malformed request', doc: 'The request could not be read: bad JSON, bad encoding, or a bad header.' },
+  'malformed-request': {
+    status: 400,
+    title: 'Malformed request',
+    doc: 'The request could not be read: bad JSON, JSON nested too deep, a member named `__proto__` or a `constructor` holding `prototype`, invalid UTF-8, or a bad header.',
+  },
   'invalid-parameter': { status: 400, title: 'Invalid parameter', doc: 'A query parameter is unknown, out of range, or not allowed here. `errors[].parameter` names each one.' },
   'validation-failed': { status: 422, title: 'Validation failed', doc: 'The body is well-formed JSON but breaks the resource schema. `errors[]` has one entry per invalid member, with an RFC 6901 `pointer`.' },
   unauthenticated: { status: 401, title: 'Unauthenticated', doc: 'The bearer token is missing, malformed, badly signed or expired. Send `Authorization: Bearer <token>`.' },
