@@ -4,9 +4,12 @@
 // what it does, so an upgrade that changes it is noticed. The README's "Hostile input" table
 // lists the cases; body limits (413) are covered in http-edge.test.ts.
 
+import { connect } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
 import { type Service, startService } from '../gateway/app.js';
+import { MAX_HEAD_BYTES } from '../gateway/http.js';
 import { MAX_JSON_DEPTH } from '../gateway/pipeline.js';
 import { HttpClient } from './helpers/client.js';
 import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
@@ -20,6 +23,8 @@ interface Context {
 
 const test = anyTest as TestFn<Context>;
 const SECRET = 'hostile-test-secret-0123456789abcdef';
+/** uWS 20.30 closes a connection whose request is not complete after about 10 s. */
+const IDLE_CLOSE_MS = { min: 7_000, max: 16_000 };
 /** What "promptly" means for a refusal: no timer is involved, only a round trip. */
 const PROMPT_MS = 2_000;
 
@@ -269,6 +274,199 @@ test('TRACE and other unsupported methods are 405 with Allow over a socket; meth
   for (const method of ['PROPFIND', 'PURGE', 'FOO', 'get']) await assertDropped(t, request(method, '/v1', tok), method);
 });
 
+// ---- header size and count ----
+
+/** A GET of /v1 whose head is exactly `size` bytes, padded by one header. */
+function headOfSize(size: number, headers: Record<string, string> = {}): Buffer {
+  const pad = size - rawRequest('GET', '/v1', { ...headers, 'X-Pad': '' }).length;
+  if (pad < 0) throw new Error(`a head cannot be as small as ${size} bytes`);
+  const head = rawRequest('GET', '/v1', { ...headers, 'X-Pad': 'p'.repeat(pad) });
+  if (head.length !== size) throw new Error(`built a head of ${head.length} bytes, not ${size}`);
+  return head;
+}
+
+test(`a head over ${MAX_HEAD_BYTES} bytes in one read is 431 and closed; at the limit it is answered`, async (t) => {
+  const at = await ask(t, headOfSize(MAX_HEAD_BYTES, { Connection: 'close' }));
+  t.is(at.status, 200, at.text);
+  for (const size of [MAX_HEAD_BYTES + 1, 3 * MAX_HEAD_BYTES]) {
+    const over = await ask(t, headOfSize(size));
+    t.regex(assertProblem(t, over, 431, 'request-header-fields-too-large').detail, new RegExp(String(MAX_HEAD_BYTES)));
+    t.is(over.headers['cache-control'], 'no-store');
+    t.true(over.closed, `${size} bytes: the connection stays open`);
+    t.true((over.closedAfterMs ?? Infinity) < PROMPT_MS, `${size} bytes: closed after ${over.closedAfterMs} ms`);
+  }
+  // A request pipelined behind the refused head in the same write is never run.
+  const tok = await tenantToken('behind-431');
+  const smuggled = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json' }, '{"currency":"EUR"}');
+  const ex = await rawExchange(t.context.service.port, { send: [Buffer.concat([headOfSize(MAX_HEAD_BYTES + 1), smuggled])], timeoutMs: 4000 });
+  t.true(ex.closed && (ex.closedAfterMs ?? Infinity) < PROMPT_MS, `closed after ${ex.closedAfterMs} ms`);
+  for (const r of parseResponses(ex.bytes, ['GET'])) assertProblem(t, asAnswer(r), 431, 'request-header-fields-too-large');
+  t.deepEqual(await listIds(t, tok), []);
+
+  const page = await t.context.http.send('GET', '/problems/request-header-fields-too-large', { headers: { accept: 'text/html' } });
+  t.is(page.status, 200);
+  t.regex(page.text, /HTTP status 431/);
+});
+
+test(`a head over ${MAX_HEAD_BYTES} bytes that arrives in pieces is dropped by uWS unanswered`, async (t) => {
+  // uWS 20.30 buffers an incomplete head up to 4096 bytes and closes the connection past that,
+  // without a byte; below it, the pieces are put together and answered.
+  const pieces = (head: Buffer): RawOptions['send'] => [head.subarray(0, 2000), () => delay(50), head.subarray(2000)];
+  const under = await ask(t, pieces(headOfSize(4000, { Connection: 'close' })));
+  t.is(under.status, 200, under.text);
+  await assertDropped(t, pieces(headOfSize(MAX_HEAD_BYTES + 200)), 'a head in pieces');
+});
+
+test('48 header lines are answered; uWS answers nothing to 49, or to a malformed header line, and closes at its idle timeout', async (t) => {
+  const lines = (n: number): Record<string, string> => Object.fromEntries(Array.from({ length: n - 1 }, (_, i) => [`X-H${i}`, 'v']));
+  const most = await ask(t, rawRequest('GET', '/v1', { ...lines(47), Connection: 'close' })); // with Host: 48
+  t.is(most.status, 200, most.text);
+  // uWS 20.30 parses at most 48 header lines, and does not refuse a line it cannot parse: it
+  // waits for a head it can never complete, and only its idle timeout ends the connection.
+  const stalled: [string, Buffer][] = [
+    ['49 header lines', rawRequest('GET', '/v1', lines(49))],
+    ['whitespace before the colon (RFC 9112 §5.1)', rawRequest('GET', '/v1', { 'X-A ': 'v' })],
+    ['obsolete line folding (RFC 9112 §5.2)', rawRequest('GET', '/v1', { 'X-Folded': 'a\r\n b' })],
+    ['a NUL in a value', rawRequest('GET', '/v1', { 'X-Nul': 'a\u0000b' })],
+    ['a space in a name', rawRequest('GET', '/v1', { 'X Bad': 'v' })],
+  ];
+  const exchanges = await Promise.all(
+    stalled.map(([, head]) => rawExchange(t.context.service.port, { send: [head], timeoutMs: IDLE_CLOSE_MS.max + 2000 })),
+  );
+  exchanges.forEach((ex, i) => {
+    const why = stalled[i]![0];
+    t.is(ex.bytes.length, 0, `${why}: uWS answered ${JSON.stringify(ex.bytes.toString('latin1').slice(0, 80))}`);
+    t.true(ex.closed, `${why}: the connection is never closed`);
+    const ms = ex.closedAfterMs ?? Infinity;
+    t.true(ms >= IDLE_CLOSE_MS.min && ms <= IDLE_CLOSE_MS.max, `${why}: closed after ${ms} ms`);
+  });
+});
+
+// ---- message framing (RFC 9112 §6) ----
+
+/** A POST of an order with the given framing header lines and body bytes, as sent, unchecked. */
+function framed(tok: string, lines: string[], body: string): Buffer {
+  return Buffer.from([`POST /v1/orders HTTP/1.1`, 'Host: 127.0.0.1', `Authorization: Bearer ${tok}`, 'Content-Type: application/json', ...lines, '', body].join('\r\n'));
+}
+
+test('conflicting or malformed Content-Length and Transfer-Encoding are 400 and closed, or dropped by uWS; nothing is created', async (t) => {
+  const tok = await tenantToken('framing');
+  const json = '{"currency":"EUR"}';
+  const chunkedJson = `${json.length.toString(16)}\r\n${json}\r\n0\r\n\r\n`;
+  const ours: [string[], string][] = [
+    [[`Content-Length: ${json.length}`, 'Content-Length: 3'], json], // uWS alone frames by the first
+    [['Content-Length: 3', `Content-Length: ${json.length}`], json],
+    [[`Content-Length: ${json.length}`, `Content-Length: ${json.length}`], json],
+    [['Content-Length: '], json], // uWS alone reads it as 0
+    [['Transfer-Encoding: chunked, identity'], chunkedJson], // uWS alone reads any coding as chunked
+    [['Transfer-Encoding: gzip, chunked'], chunkedJson],
+    [['Transfer-Encoding: identity'], chunkedJson],
+    [['Transfer-Encoding: chunked', 'Transfer-Encoding: chunked'], chunkedJson],
+    [['Transfer-Encoding: '], chunkedJson],
+  ];
+  for (const [lines, body] of ours) {
+    const why = lines.join(' | ');
+    const a = await ask(t, framed(tok, lines, body));
+    t.regex(assertProblem(t, a, 400, 'malformed-request').detail, /Content-Length|Transfer-Encoding/, why);
+    t.true(a.closed, `${why}: the connection stays open`);
+    t.true((a.closedAfterMs ?? Infinity) < PROMPT_MS, `${why}: closed after ${a.closedAfterMs} ms`);
+  }
+  // uWS 20.30 drops these itself, before our code runs, without a byte.
+  const dropped: [string[], string][] = [
+    [[`Content-Length: ${chunkedJson.length}`, 'Transfer-Encoding: chunked'], chunkedJson],
+    [['Transfer-Encoding: chunked', `Content-Length: ${chunkedJson.length}`], chunkedJson],
+    [['Content-Length: 6', 'Transfer-Encoding: chunked'], '0\r\n\r\nG'], // the classic CL.TE smuggle
+    ...['+18', '-1', '0x12', '18a', '1.8e1', '18, 18', '18 18'].map((v): [string[], string] => [[`Content-Length: ${v}`], json]),
+  ];
+  for (const [lines, body] of dropped) await assertDropped(t, framed(tok, lines, body), lines.join(' | '));
+  // A request pipelined behind any of them in the same write is never run. Mostly uWS meets it
+  // while the refusal is pending and drops the connection unanswered; where the bytes before it
+  // leave uWS waiting for more, the refusal goes out alone. Never a second answer.
+  const smuggled = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json' }, json).toString('latin1');
+  for (const [lines, body] of [...ours, ...dropped]) {
+    const why = `${lines.join(' | ')}, then a POST`;
+    const ex = await rawExchange(t.context.service.port, { send: [framed(tok, lines, body + smuggled)], timeoutMs: 4000 });
+    t.true(ex.closed, `${why}: the connection stays open`);
+    t.true((ex.closedAfterMs ?? Infinity) < PROMPT_MS, `${why}: closed after ${ex.closedAfterMs} ms`);
+    for (const r of parseResponses(ex.bytes, ['POST'])) assertProblem(t, asAnswer(r), 400, 'malformed-request');
+  }
+  t.deepEqual(await listIds(t, tok), []);
+});
+
+test('a request behind an oversized body is never run', async (t) => {
+  const tok = await tenantToken('behind-413');
+  const json = '{"currency":"EUR"}';
+  const smuggled = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json' }, json);
+  // Declared too large: the bytes after the head are the body uWS waits for, never a request.
+  const declared = await ask(t, [framed(tok, [`Content-Length: ${2 * 1024 * 1024}`], ''), smuggled]);
+  assertProblem(t, declared, 413, 'payload-too-large');
+  t.true(declared.closed);
+  // Chunked past the limit, the body ended, and a request behind it in the same write.
+  const big = `{"currency":"EUR","note":"${'x'.repeat(1024 * 1024)}"}`;
+  const body = `${big.length.toString(16)}\r\n${big}\r\n0\r\n\r\n`;
+  const ex = await rawExchange(t.context.service.port, { send: [Buffer.concat([framed(tok, ['Transfer-Encoding: chunked'], body), smuggled])], timeoutMs: 5000 });
+  t.true(ex.closed);
+  for (const r of parseResponses(ex.bytes, ['POST'])) assertProblem(t, asAnswer(r), 413, 'payload-too-large');
+  t.deepEqual(await listIds(t, tok), []);
+});
+
+// ---- slow clients ----
+
+interface SlowClient {
+  connected: Promise<void>;
+  /** When the server closed it (undefined: still open at the deadline) and how many bytes it got. */
+  done: Promise<{ closedAfterMs: number | undefined; received: number }>;
+}
+
+/** Sends a head one byte every `everyMs` and never finishes it; gives up after `deadlineMs`. */
+function slowClient(port: number, everyMs: number, deadlineMs: number): SlowClient {
+  const socket = connect(port, '127.0.0.1');
+  const started = Date.now();
+  let received = 0;
+  let trickle: NodeJS.Timeout | undefined;
+  socket.on('data', (d: Buffer) => (received += d.length));
+  socket.on('error', () => {}); // a reset is a close, reported below
+  const connected = new Promise<void>((resolve, reject) => {
+    socket.once('connect', () => {
+      socket.write('GET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ');
+      trickle = setInterval(() => socket.write('a'), everyMs);
+      resolve();
+    });
+    socket.once('error', reject);
+  });
+  const done = new Promise<{ closedAfterMs: number | undefined; received: number }>((resolve) => {
+    const deadline = setTimeout(() => {
+      clearInterval(trickle);
+      socket.destroy();
+      resolve({ closedAfterMs: undefined, received });
+    }, deadlineMs);
+    socket.once('close', () => {
+      clearInterval(trickle);
+      clearTimeout(deadline);
+      resolve({ closedAfterMs: Date.now() - started, received });
+    });
+  });
+  return { connected, done };
+}
+
+test('50 clients trickling a head are closed by the idle timeout, and a normal request is answered meanwhile', async (t) => {
+  const clients = Array.from({ length: 50 }, () => slowClient(t.context.service.port, 400, IDLE_CLOSE_MS.max + 2000));
+  await Promise.all(clients.map((c) => c.connected));
+  for (let i = 0; i < 5; i++) {
+    await delay(1000);
+    const started = performance.now();
+    const r = await t.context.http.send('GET', '/v1');
+    const ms = performance.now() - started;
+    t.is(r.status, 200);
+    t.true(ms < 1000, `a normal request took ${Math.round(ms)} ms beside 50 slow clients`);
+  }
+  const results = await Promise.all(clients.map((c) => c.done));
+  for (const r of results) {
+    t.is(r.received, 0, 'a slow client got an answer');
+    t.true(r.closedAfterMs !== undefined && r.closedAfterMs <= IDLE_CLOSE_MS.max, `closed after ${r.closedAfterMs} ms`);
+  }
+});
+
 // ---- tokens and tenancy ----
 
 function b64url(x: object): string {
@@ -306,4 +504,14 @@ test("bad tokens are 401 and another tenant's ids are 404 over a socket; nothing
   }
   t.deepEqual(await current(t, owner, order.path), before, 'the order is unchanged');
   t.deepEqual(await listIds(t, owner), [order.id]);
+});
+
+test("the adapter's own refusals carry the trace id of an incoming traceparent", async (t) => {
+  const trace = '0af7651916cd43dd8448eb211c80319c';
+  const traceparent = `00-${trace}-b7ad6b7169203331-01`;
+  const big = await ask(t, headOfSize(MAX_HEAD_BYTES + 1, { traceparent }));
+  t.is(assertProblem(t, big, 431, 'request-header-fields-too-large').traceId, trace);
+  const tok = await tenantToken('trace');
+  const framing = await ask(t, framed(tok, [`traceparent: ${traceparent}`, 'Content-Length: '], ''));
+  t.is(assertProblem(t, framing, 400, 'malformed-request').traceId, trace);
 });
