@@ -3,7 +3,11 @@
 // on `type`.
 
 export const PROBLEMS = {
-  'malformed-request': { status: 400, title: 'Malformed request', doc: 'The request could not be read: bad JSON, bad encoding, or a bad header.' },
+  'malformed-request': {
+    status: 400,
+    title: 'Malformed request',
+    doc: 'The request could not be read: bad JSON, JSON nested too deep, a member named `__proto__` or a `constructor` holding `prototype`, invalid UTF-8, or a bad header. When the message framing is at fault (`Content-Length` and `Transfer-Encoding` together, a repeated or non-decimal `Content-Length`, a transfer coding other than `chunked`), the connection is closed after the answer.',
+  },
   'invalid-parameter': { status: 400, title: 'Invalid parameter', doc: 'A query parameter is unknown, out of range, or not allowed here. `errors[].parameter` names each one.' },
   'validation-failed': { status: 422, title: 'Validation failed', doc: 'The body is well-formed JSON but breaks the resource schema. `errors[]` has one entry per invalid member, with an RFC 6901 `pointer`.' },
   unauthenticated: { status: 401, title: 'Unauthenticated', doc: 'The bearer token is missing, malformed, badly signed or expired. Send `Authorization: Bearer <token>`.' },
@@ -17,6 +21,11 @@ export const PROBLEMS = {
   'precondition-failed': { status: 412, title: 'Precondition failed', doc: 'The `If-Match` entity tag does not match the current representation. GET it again and retry.' },
   'payload-too-large': { status: 413, title: 'Payload too large', doc: 'The body or the batch exceeds the configured limit.' },
   'unsupported-media-type': { status: 415, title: 'Unsupported media type', doc: 'Send bodies as `application/json` (or `application/merge-patch+json` for PATCH).' },
+  'request-header-fields-too-large': {
+    status: 431,
+    title: 'Request header fields too large',
+    doc: 'The request line and headers together are larger than the server takes; `detail` gives the limit. The connection is closed after the answer. Send fewer or shorter headers.',
+  },
   'idempotency-key-reused': { status: 422, title: 'Idempotency key reused', doc: 'The `Idempotency-Key` was first used for a different method, path or body.' },
   'idempotency-key-in-flight': { status: 409, title: 'Idempotency key in flight', doc: 'A request with this `Idempotency-Key` is still running. Retry after `Retry-After` seconds.' },
   'rate-limited': { status: 429, title: 'Rate limited', doc: 'Too many requests for this principal. Retry after `Retry-After` seconds.' },

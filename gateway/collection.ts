@@ -13,21 +13,42 @@ export function invalidParameter(parameter: string, detail: string): ApiError {
   return new ApiError('invalid-parameter', `The '${parameter}' parameter is invalid: ${detail}.`, { errors: [{ parameter, detail }] });
 }
 
+/**
+ * Longest cursor accepted. The longest this service issues holds a product name of 200 code
+ * points at 4 UTF-8 bytes each, about 1,150 characters once base64url-encoded.
+ */
+export const MAX_CURSOR_LENGTH = 2048;
+const CURSOR = /^[A-Za-z0-9_-]+$/;
+
 export const LIST_PARAMS: Record<string, QueryParam> = {
   limit: { description: `Page size, 1 to ${MAX_LIMIT} (default ${DEFAULT_LIMIT}).`, schema: { type: 'integer', minimum: 1, maximum: MAX_LIMIT } },
-  cursor: { description: 'Opaque position from a previous page\'s `next` link.', schema: { type: 'string' } },
+  cursor: {
+    description: 'Opaque position from a previous page\'s `next` link.',
+    schema: { type: 'string', maxLength: MAX_CURSOR_LENGTH, pattern: CURSOR.source },
+  },
 };
 
+/** Longest comma-separated list of `names` accepted: each named once, a space after each comma. */
+function listMaxLength(names: readonly string[]): number {
+  return names.join(', ').length;
+}
+
 export function fieldsParam(names: readonly string[]): QueryParam {
-  return { description: `Comma-separated members to keep (id and _links always stay): ${names.join(', ')}.`, schema: { type: 'string' } };
+  return {
+    description: `Comma-separated members to keep (id and _links always stay): ${names.join(', ')}.`,
+    schema: { type: 'string', maxLength: listMaxLength(names) },
+  };
 }
 
 export function expandParam(paths: readonly string[]): QueryParam {
-  return { description: `Comma-separated relations to embed: ${paths.join(', ')}.`, schema: { type: 'string' } };
+  return { description: `Comma-separated relations to embed: ${paths.join(', ')}.`, schema: { type: 'string', maxLength: listMaxLength(paths) } };
 }
 
 export function sortParam(sorts: readonly string[], dflt: string): QueryParam {
-  return { description: `One of ${sorts.map((s) => `${s}, -${s}`).join(', ')} (default ${dflt}); a leading minus sorts descending.`, schema: { type: 'string' } };
+  return {
+    description: `One of ${sorts.map((s) => `${s}, -${s}`).join(', ')} (default ${dflt}); a leading minus sorts descending.`,
+    schema: { type: 'string', enum: sorts.flatMap((s) => [s, `-${s}`]) },
+  };
 }
 
 export function parseLimit(query: URLSearchParams): number {
@@ -49,6 +70,7 @@ function parseList(query: URLSearchParams, parameter: string, allowed: readonly 
   const raw = query.get(parameter);
   const out = new Set<string>();
   if (raw === null) return out;
+  if (raw.length > listMaxLength(allowed)) throw invalidParameter(parameter, `is longer than naming every ${noun} once`);
   for (const name of raw.split(',')) {
     const n = name.trim();
     if (!allowed.includes(n)) throw invalidParameter(parameter, `unknown ${noun} '${n.slice(0, 64)}'`);
@@ -105,7 +127,7 @@ export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey:
   if (raw === null) return undefined;
   let c: unknown;
   try {
-    if (raw.length > 1024 || !/^[A-Za-z0-9_-]+$/.test(raw)) throw new Error('shape');
+    if (raw.length > MAX_CURSOR_LENGTH || !CURSOR.test(raw)) throw new Error('shape');
     c = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8'));
   } catch {
     throw invalidParameter('cursor', 'is not a cursor this service issued');

@@ -31,10 +31,59 @@ function statusLine(status: number): string {
   return line;
 }
 
-// Answered here, before the pipeline runs, but rendered by the one problem renderer so it
-// carries Trace-Id and traceId like every other problem (CONTRACT §4).
-function tooLarge(limit: number, traceparent: string | undefined, log: Logger): GatewayResponse {
-  return problemResponse(new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`), traceIdOf(traceparent), log);
+/**
+ * Most bytes a request head (request line, header lines, the blank line) may have. uWS 20.30
+ * keeps at most 4096 bytes of a head that arrives in pieces and drops the connection past that,
+ * yet takes a larger head that arrives in one read; refusing the same size here makes the limit
+ * the same however TCP splits the bytes. (This uWS build has no UWS_HTTP_MAX_HEADERS_SIZE.)
+ */
+export const MAX_HEAD_BYTES = 4096;
+
+// The head bytes besides the method, target and header lines: the request line's two spaces,
+// "HTTP/1.1" and CRLF, then the blank line's CRLF. OWS that uWS trimmed is not counted.
+const REQUEST_LINE_BYTES = 2 + 8 + 2 + 2;
+const CONTENT_LENGTH = /^[0-9]+$/;
+
+function tooLarge(limit: number): ApiError {
+  return new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`);
+}
+
+function badFraming(detail: string): ApiError {
+  return new ApiError('malformed-request', detail);
+}
+
+/**
+ * What the head alone decides, before a byte of the body is read. Every refusal here closes the
+ * connection: after a framing error the server cannot know where the next request starts.
+ * `lengths` and `codings` count header lines, since repeats arrive joined into one value.
+ */
+function refuseHead(headers: Record<string, string>, headBytes: number, lengths: number, codings: number, maxBodyBytes: number): ApiError | undefined {
+  if (headBytes > MAX_HEAD_BYTES) {
+    return new ApiError('request-header-fields-too-large', `The request line and headers exceed ${MAX_HEAD_BYTES} bytes.`);
+  }
+  const declared = headers['content-length'];
+  if (codings > 0) {
+    // RFC 9112 §6.1 and §6.3 item 3: both together may smuggle a second request past an
+    // intermediary that frames by the other one, and the server must close the connection after
+    // answering. (uWS 20.30 already drops such a connection unanswered; this does not rely on it.)
+    if (declared !== undefined) return badFraming('The request has both Content-Length and Transfer-Encoding.');
+    // RFC 9112 §6.3 item 4: chunked must be the final coding; and uWS frames any
+    // Transfer-Encoding as chunked, so anything but one `chunked` would be misread. 400 rather
+    // than the 501 RFC 9112 §6.1 suggests for an unknown coding: a 5xx tells the client a retry
+    // may succeed (SPEC §7.2).
+    if (codings > 1 || headers['transfer-encoding']!.toLowerCase() !== 'chunked') {
+      return badFraming('Transfer-Encoding must be chunked alone; no other transfer coding is supported.');
+    }
+    return undefined;
+  }
+  if (declared === undefined) return undefined;
+  // RFC 9112 §6.3 item 5: an invalid Content-Length is an unrecoverable framing error, answered
+  // 400 and closed. uWS 20.30 reads an empty one as 0 and frames by the first of several; RFC
+  // 9110 §8.6 allows refusing a repeat even of one value, and a conforming client sends one.
+  if (lengths > 1 || !CONTENT_LENGTH.test(declared)) return badFraming('Content-Length must appear once, as a decimal number.');
+  // Refuse before reading a byte of it: the rest of the body is never read.
+  if (Number(declared) > maxBodyBytes) return tooLarge(maxBodyBytes);
+  return undefined;
 }
 
 export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
@@ -42,7 +91,13 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
 
   app.any('/*', (res, req) => {
     const headers: Record<string, string> = {};
+    let headBytes = 0;
+    let lengths = 0;
+    let codings = 0;
     req.forEach((k, v) => {
+      headBytes += k.length + v.length + 4; // "name: value" CRLF
+      if (k === 'content-length') lengths++;
+      else if (k === 'transfer-encoding') codings++;
       headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
     });
     const request: GatewayRequest = {
@@ -52,6 +107,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       headers,
       body: undefined,
     };
+    headBytes += request.method.length + request.path.length + (request.query ? request.query.length + 1 : 0) + REQUEST_LINE_BYTES;
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
@@ -60,6 +116,17 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     const send = (response: GatewayResponse, close = false): void => {
       if (aborted) return;
       res.cork(() => writeResponse(res, request.method, response, close, () => aborted));
+    };
+    // Answered here, before the pipeline runs, but rendered by the one problem renderer so it
+    // carries Trace-Id and traceId like every other problem (CONTRACT §4); then closed. Sent on
+    // a later turn of the event loop, never from inside this callback: uWS 20.30 goes on to
+    // dispatch a request that follows the refused one in the same read, even after an answer
+    // that closes the connection, so bytes smuggled behind a framing error would be run. While
+    // our answer is pending it drops the connection instead (both unanswered), and once the
+    // answer is written it closes the socket at once.
+    const refuse = (err: ApiError): void => {
+      const response = problemResponse(err, traceIdOf(headers.traceparent), opts.log);
+      setImmediate(() => send(response, true));
     };
     const run = (): void => {
       handle(request)
@@ -72,13 +139,9 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
         .catch((err: unknown) => opts.log.error({ err }, 'writing a response failed'));
     };
 
-    const declared = headers['content-length'];
-    const chunked = headers['transfer-encoding'] !== undefined;
-    if (declared === undefined && !chunked) return run();
-    if (declared !== undefined && Number(declared) > opts.maxBodyBytes) {
-      // Refuse before reading a byte of it, and close: the rest of the body is never read.
-      return send(tooLarge(opts.maxBodyBytes, request.headers.traceparent, opts.log), true);
-    }
+    const refusal = refuseHead(headers, headBytes, lengths, codings, opts.maxBodyBytes);
+    if (refusal) return refuse(refusal);
+    if (lengths === 0 && codings === 0) return run();
     const chunks: Buffer[] = [];
     let size = 0;
     let refused = false;
@@ -87,7 +150,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       size += chunk.byteLength;
       if (size > opts.maxBodyBytes) {
         refused = true;
-        return send(tooLarge(opts.maxBodyBytes, request.headers.traceparent, opts.log), true);
+        return refuse(tooLarge(opts.maxBodyBytes));
       }
       // uWS reuses the chunk's memory after this callback returns: copy it.
       chunks.push(Buffer.from(Buffer.from(chunk)));

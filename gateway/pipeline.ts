@@ -7,6 +7,7 @@
 // (gateway/http.ts) is the only code that knows about sockets.
 
 import { randomBytes } from 'node:crypto';
+import secureJson from 'secure-json-parse';
 import type { Config } from '../common/config.js';
 import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
@@ -24,6 +25,12 @@ import { compileSchema, validateBody } from './validate.js';
 const VARY_ANON = 'Accept, Accept-Encoding';
 const VARY_AUTH = 'Accept, Accept-Encoding, Authorization';
 const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Deepest nesting of arrays and objects a body may have; the deepest schema needs three. */
+export const MAX_JSON_DEPTH = 32;
+// secure-json-parse throws a SyntaxError for a refused member as for bad JSON; only this
+// message tells them apart (test/hostile.test.ts pins it through the answer's detail).
+const FORBIDDEN_MEMBER = 'Object contains forbidden prototype property';
 
 export interface GatewayDeps {
   routes: RouteDef[];
@@ -151,14 +158,54 @@ function parseBody(req: GatewayRequest, route: RouteDef): unknown {
   } catch {
     throw new ApiError('malformed-request', 'The body is not valid UTF-8.');
   }
+  if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
+    throw new ApiError('malformed-request', `The body nests arrays and objects more than ${MAX_JSON_DEPTH} levels deep.`);
+  }
   let body: unknown;
   try {
-    body = JSON.parse(text);
-  } catch {
+    // A member named __proto__ (or a constructor holding prototype) is refused, not kept: any
+    // later spread or Object.assign of the body, or of a metadata map, would set a prototype.
+    body = secureJson.parse(text, { protoAction: 'error', constructorAction: 'error' });
+  } catch (err) {
+    if (err instanceof SyntaxError && err.message === FORBIDDEN_MEMBER) {
+      throw new ApiError('malformed-request', 'The body has a member named __proto__, or a constructor member holding prototype; such names are refused.');
+    }
     throw new ApiError('malformed-request', 'The body is not valid JSON.');
   }
   validateBody(spec.schema, body, spec.readOnly);
   return body;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+
+/**
+ * Whether arrays and objects nest deeper than `max`: one pass over the text, no recursion, so
+ * a megabyte of `[` costs one loop and never reaches the parser, the validator or a renderer.
+ * Brackets inside strings do not count; an escaped character cannot end a string. Unbalanced
+ * text is left for the parser to refuse.
+ */
+function nestsDeeperThan(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === BACKSLASH) i++;
+      else if (c === QUOTE) inString = false;
+    } else if (c === QUOTE) {
+      inString = true;
+    } else if (c === OPEN_BRACKET || c === OPEN_BRACE) {
+      if (++depth > max) return true;
+    } else if (c === CLOSE_BRACKET || c === CLOSE_BRACE) {
+      depth--;
+    }
+  }
+  return false;
 }
 
 async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<GatewayResponse> {

@@ -160,3 +160,18 @@ test('renderings are cached per version and variant; large ones are not kept', (
   cachedRendering('bounds-big', 1, 'v', big);
   t.is(bigRenders, 2, 'a rendering over the size limit is not kept');
 });
+
+test('the next link after the longest product name sorts on is followed, not refused', async (t) => {
+  const call = await as(t, freshTenant('cursor'));
+  // 200 code points (the name limit) of four UTF-8 bytes each: the longest value a cursor holds.
+  for (const c of ['😀', '😁']) {
+    t.is((await call({ method: 'POST', path: '/v1/products', body: { name: c.repeat(200), price: 1, currency: 'EUR' } })).status, 201);
+  }
+  const first = await call({ method: 'GET', path: '/v1/products', query: 'sort=name&limit=1' });
+  const next = first.json<{ _links: { next?: { href: string } } }>()._links.next?.href ?? '';
+  t.true(next.length > 1024, `a cursor of ${next.length} characters`);
+  const [path, query] = next.split('?');
+  const second = await call({ method: 'GET', path: path!, query: query! });
+  t.is(second.status, 200, second.text);
+  t.is(second.json<{ data: { name: string }[] }>().data[0]?.name, '😁'.repeat(200));
+});

@@ -7,7 +7,7 @@ import { Pool } from 'undici';
 import { loadConfig } from '../common/config.js';
 import { type Service, startService } from '../gateway/app.js';
 import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
-import { afterResponses, chunked, parseResponses, rawExchange, rawHeader, rawRequest, type RawResponse } from './helpers/raw-http.js';
+import { afterResponses, asAnswer, chunked, only, parseResponses, rawExchange, rawHeader, rawRequest } from './helpers/raw-http.js';
 
 interface Context {
   dir: string;
@@ -50,17 +50,6 @@ async function listIds(t: { context: Context }, tok: string): Promise<string[]> 
   if (res.status !== 200) throw new Error(`list answered ${res.status}`);
   const body = (await res.json()) as { data: { id: string }[] };
   return body.data.map((o) => o.id);
-}
-
-function only(rs: RawResponse[]): RawResponse {
-  if (rs.length !== 1) throw new Error(`expected one response, got ${rs.length}`);
-  return rs[0]!;
-}
-
-function asAnswer(r: RawResponse): { status: number; headers: Record<string, string>; text: string } {
-  const headers: Record<string, string> = {};
-  for (const [k, v] of Object.entries(r.headers)) headers[k] = v.join(', ');
-  return { status: r.status, headers, text: r.body.toString('utf8') };
 }
 
 test('a body exactly at the limit is accepted', async (t) => {

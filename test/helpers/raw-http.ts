@@ -72,6 +72,18 @@ function header(r: RawResponse, name: string): string | undefined {
 
 export { header as rawHeader };
 
+export function only(rs: RawResponse[]): RawResponse {
+  if (rs.length !== 1) throw new Error(`expected one response, got ${rs.length}`);
+  return rs[0]!;
+}
+
+/** A response in the shape assertProblem takes: repeated headers joined, the body as text. */
+export function asAnswer(r: RawResponse): { status: number; headers: Record<string, string>; text: string } {
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(r.headers)) headers[k] = v.join(', ');
+  return { status: r.status, headers, text: r.body.toString('utf8') };
+}
+
 /**
  * Splits a byte stream into consecutive responses. `methods` are the methods of the requests in
  * order: HEAD answers, 1xx, 204 and 304 have no body whatever their headers say (RFC 9112 §6.3),
