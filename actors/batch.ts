@@ -6,7 +6,7 @@
 // Partial: each operation stands alone; the failed ones change nothing.
 // Atomic: one failure and nothing is written at all.
 
-import { ApiError, toWire } from '../common/errors.js';
+import { ApiError, toWire, type WireError } from '../common/errors.js';
 import type { BatchOp, BatchOutcome, CommandOf, OrderRecord } from '../proto/messages.js';
 import type { Table, Write } from '../storage/store.js';
 import { orderActor } from './orders.js';
@@ -42,6 +42,12 @@ function asCommand(cmd: BatchCommand, op: BatchOp): CommandOf<'order.create' | '
   }
 }
 
+/** An order's pointers (`/metadata`) placed inside the operation's body in the batch document. */
+function inBatch(index: number, error: WireError): WireError {
+  if (!error.errors) return error;
+  return { ...error, errors: error.errors.map((e) => (e.pointer === undefined ? e : { ...e, pointer: `/operations/${index}/body${e.pointer}` })) };
+}
+
 export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: number): Plan {
   const slots = new Map<string, Slot>();
   const outcomes: BatchOutcome[] = [];
@@ -61,7 +67,7 @@ export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: nu
       outcomes.push({ index: op.index, ok: true, id: op.id, version: decision.next?.version ?? null });
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
-      outcomes.push({ index: op.index, ok: false, error: toWire(err) });
+      outcomes.push({ index: op.index, ok: false, error: inBatch(op.index, toWire(err)) });
     }
   }
   const failed = outcomes.some((o) => !o.ok);
@@ -73,5 +79,5 @@ export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: nu
       if (slot.current !== slot.visible) writes.push({ table: orders as Table<unknown>, id, before: slot.stored, after: slot.current });
     }
   }
-  return { writes, reply: outcomes };
+  return { writes, reply: cmd.refused ? [...outcomes, ...cmd.refused] : outcomes };
 }

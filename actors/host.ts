@@ -92,6 +92,8 @@ export class ActorHost implements ActorEndpoint {
   private readonly ttlMs: number;
   private readonly now: () => number;
   private readonly sweeper: NodeJS.Timeout;
+  private sweeping = false;
+  private closing = false;
   readonly stats = new Map<string, Stat>();
 
   constructor(private readonly opts: HostOptions) {
@@ -105,7 +107,7 @@ export class ActorHost implements ActorEndpoint {
     });
     this.actors = { order: bind(orderActor), product: bind(productActor) };
     this.idem = this.store.table(IDEMPOTENCY);
-    this.sweeper = setInterval(() => this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
+    this.sweeper = setInterval(() => void this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
   }
 
   owns(partition: number): boolean {
@@ -114,6 +116,7 @@ export class ActorHost implements ActorEndpoint {
 
   async handle(cmd: Command): Promise<Result<unknown>> {
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
+    if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
     if (cmd.kind === 'order.batch') {
       const orders = this.actors.order.table as unknown as Table<OrderRecord>;
       return this.write(cmd, batchKeys(cmd), (now) => planBatch(cmd, orders, now));
@@ -125,6 +128,7 @@ export class ActorHost implements ActorEndpoint {
 
   read(cmd: Command): Result<unknown> | undefined {
     if (!this.owns(cmd.partition) || cmd.kind === 'order.batch') return undefined;
+    if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
     const bound = this.actorFor(cmd);
     return bound.def.isRead(cmd) ? this.readNow(cmd, bound) : undefined;
   }
@@ -142,25 +146,49 @@ export class ActorHost implements ActorEndpoint {
     });
   }
 
-  /** Forgets Idempotency-Keys past their expiry, a bounded number per call, each in its key's turn. */
-  sweepIdempotency(): Promise<unknown> {
-    const now = this.now();
-    const due = this.store.scan(this.idem as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: SWEEP_BATCH });
-    const work: Promise<unknown>[] = [];
-    for (const { v, id } of due) {
-      if (typeof v !== 'number' || v > now) break;
-      work.push(
-        this.enqueue(idemBox(id), async () => {
-          const rec = this.idem.get(id);
-          if (rec && rec.expiresAt <= now) await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
-          return { ok: true, value: null };
-        }),
-      );
+  /**
+   * Forgets Idempotency-Keys past their expiry, each in its key's turn, a bounded chunk at a time
+   * (one transaction each) until none is due, so the sweep keeps up with any write rate.
+   */
+  async sweepIdempotency(): Promise<number> {
+    if (this.sweeping) return 0;
+    this.sweeping = true;
+    let removed = 0;
+    try {
+      for (;;) {
+        const now = this.now();
+        const due = this.store.scan(this.idem as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: SWEEP_BATCH });
+        const work: Promise<Result<unknown>>[] = [];
+        for (const { v, id } of due) {
+          if (typeof v !== 'number' || v > now) break;
+          work.push(
+            this.enqueue(idemBox(id), async () => {
+              const rec = this.idem.get(id);
+              if (!rec || rec.expiresAt > now) return { ok: true, value: false };
+              try {
+                await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
+                return { ok: true, value: true };
+              } catch (err) {
+                // The next sweep tries again; an expired key is ignored on read meanwhile.
+                this.opts.log.warn({ err }, 'idempotency sweep could not remove a key');
+                return { ok: true, value: false };
+              }
+            }),
+          );
+        }
+        const results = await Promise.all(work);
+        const gone = results.filter((r) => r.ok && r.value === true).length;
+        removed += gone;
+        // A short chunk was the last; a chunk that removed nothing (every key busy) waits for the next tick.
+        if (work.length < SWEEP_BATCH || gone === 0 || this.closing) return removed;
+      }
+    } finally {
+      this.sweeping = false;
     }
-    return Promise.allSettled(work);
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     clearInterval(this.sweeper);
     await Promise.allSettled([...this.boxes.values()].map((b) => b.tail));
     await this.store.close();
@@ -285,6 +313,14 @@ export class ActorHost implements ActorEndpoint {
     } finally {
       stat.totalMs += performance.now() - started;
     }
+  }
+
+  /** What a retry finds before doing anything: the kept answer, the key busy, or nothing (null). */
+  private peek(tenant: string, tag: IdemTag): Result<unknown> {
+    const id = idemId(tenant, tag.key);
+    const prior = this.priorResult(this.idem.get(id), tag);
+    if (prior) return prior;
+    return this.boxes.has(idemBox(id)) ? IN_FLIGHT : { ok: true, value: null };
   }
 
   /** The answer an earlier request with this key left, if it is still kept. */

@@ -18,7 +18,7 @@ import { idemTag, parseIdempotencyKey } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, parseIfMatch, versionTag } from './representation.js';
-import type { Ctx, Outcome, RouteDef } from './route.js';
+import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
 
@@ -76,7 +76,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         req,
         params: match.params,
         query: parseQuery(req.query, route),
-        body: parseBody(req, route),
+        body: parseBody(req, route, deps.config),
         principal,
         traceId,
         media,
@@ -86,7 +86,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
         config: deps.config,
         idempotencyKey,
       };
-      const outcome = await route.handle(ctx);
+      let outcome: Outcome | undefined;
+      if (replay && route.replay) {
+        const tenant = principalOf(ctx).tenant;
+        const stored = await bus.call({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: bus.idempotency! });
+        if (replay.replayed) outcome = route.replay.outcome(ctx, stored);
+      }
+      outcome ??= await route.handle(ctx);
       res = await render(outcome, ctx, traceId);
     } catch (err) {
       res = problemResponse(err, traceId, deps.log);
@@ -133,7 +139,7 @@ function parseQuery(raw: string, route: RouteDef): URLSearchParams {
   return query;
 }
 
-function parseBody(req: GatewayRequest, route: RouteDef): unknown {
+function parseBody(req: GatewayRequest, route: RouteDef, config: Config): unknown {
   const spec = route.body;
   const raw = req.body;
   if (!spec) {
@@ -172,6 +178,7 @@ function parseBody(req: GatewayRequest, route: RouteDef): unknown {
     }
     throw new ApiError('malformed-request', 'The body is not valid JSON.');
   }
+  spec.precheck?.(body, config);
   validateBody(spec.schema, body, spec.readOnly);
   return body;
 }

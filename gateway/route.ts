@@ -77,6 +77,11 @@ export interface RouteDef {
     mediaTypes?: string[];
     /** When false, an empty body is accepted and `ctx.body` is undefined. */
     required?: boolean;
+    /**
+     * Runs on the parsed body before the schema: for limits that answer something other than
+     * 422 (a batch over MAX_BATCH is 413), checked before the schema spends time on the rest.
+     */
+    precheck?: (body: unknown, config: Config) => void;
   };
   responses: Record<number, string>;
   /** Media types the route can answer with; defaults to JSON and HAL+JSON. */
@@ -84,6 +89,15 @@ export interface RouteDef {
   /** Response schema for the OpenAPI document (the 2xx body). */
   response?: JsonSchema;
   handle(ctx: Ctx): Promise<Outcome>;
+  /**
+   * For a POST that sends one write: where its Idempotency-Key's answer is kept, and how that
+   * answer (the write's reply) renders. A retry is answered from it before the handler reads
+   * anything, so what changed since (a product deleted, the order moved on) cannot change it.
+   */
+  replay?: {
+    partition(ctx: Ctx): number;
+    outcome(ctx: Ctx, reply: unknown): Outcome;
+  };
 }
 
 export function route(def: RouteDef): RouteDef {

@@ -8,6 +8,7 @@ import type { JsonSchema } from './route.js';
 // allowUnionTypes: nullable members are written `type: ['string', 'null']`.
 const ajv = new Ajv({ allErrors: true, strict: true, allowUnionTypes: true, coerceTypes: false, useDefaults: false });
 const compiled = new WeakMap<JsonSchema, ValidateFunction>();
+export const MAX_REPORTED_ERRORS = 100;
 
 function escapeToken(s: string): string {
   return s.replace(/~/g, '~0').replace(/\//g, '~1');
@@ -41,6 +42,8 @@ export function validateBody(schema: JsonSchema, body: unknown, readOnly: readon
   }
   if (validate(body)) return;
   const ro = new Set(readOnly);
+  // allErrors lists every failure; a hostile body can have tens of thousands, so the answer
+  // names the first ones and says how many there were.
   const seen = new Set<string>();
   const errors: FieldError[] = [];
   for (const e of validate.errors ?? []) {
@@ -51,7 +54,9 @@ export function validateBody(schema: JsonSchema, body: unknown, readOnly: readon
     if (!seen.has(key)) errors.push(fe);
     seen.add(key);
   }
-  throw new ApiError('validation-failed', `The body has ${errors.length} invalid member${errors.length === 1 ? '' : 's'}.`, { errors });
+  const n = errors.length;
+  const more = n > MAX_REPORTED_ERRORS ? `; the first ${MAX_REPORTED_ERRORS} are listed` : '';
+  throw new ApiError('validation-failed', `The body has ${n} invalid member${n === 1 ? '' : 's'}${more}.`, { errors: errors.slice(0, MAX_REPORTED_ERRORS) });
 }
 
 /** Pre-compiles every schema so a bad schema fails at start, not on a request. */

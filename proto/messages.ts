@@ -142,7 +142,18 @@ export type Command =
   | (Base & { kind: 'product.get'; id: string })
   | (Base & { kind: 'product.patch'; id: string; ifMatch: IfMatch; patch: ProductPatch })
   | (Base & { kind: 'product.delete'; id: string; ifMatch: IfMatch })
-  | (Base & { kind: 'order.batch'; atomic: boolean; ops: BatchOp[] });
+  | (Base & {
+      kind: 'order.batch';
+      atomic: boolean;
+      ops: BatchOp[];
+      /** Operations the gateway refused before sending; kept with the key, so a retry answers them alike. */
+      refused?: BatchOutcome[];
+    })
+  /**
+   * Asks the owner of `partition` for the stored answer to `idem` (a read): the answer itself,
+   * marked replayed; or 409 while a request with the key runs; or `null` when there is none.
+   */
+  | (Base & { kind: 'idem.peek'; idem: IdemTag });
 
 /**
  * One operation of POST /orders/batch, already validated and priced by the gateway. Every order
@@ -176,6 +187,7 @@ export interface ReplyMap {
   'product.patch': ProductRecord;
   'product.delete': null;
   'order.batch': BatchOutcome[];
+  'idem.peek': unknown;
   'order.list': ListPage<OrderRecord>;
   'product.list': ListPage<ProductRecord>;
 }
@@ -189,8 +201,8 @@ export interface ListPage<T> {
 export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true };
 
 export type Kind = Command['kind'] | Query['kind'];
-/** Commands addressed to one record (every kind but the batch, which names many). */
-export type KeyedCommand = Exclude<Command, { kind: 'order.batch' }>;
+/** Commands addressed to one record (every kind but the batch, which names many, and the peek). */
+export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
 export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
 

@@ -263,3 +263,66 @@ test.serial('keyed creates killed mid-flight: after the restart every retry repl
     await removeDir(dir);
   }
 });
+
+test.serial('atomic batches killed mid-flight: after the restart each batch is there whole or not at all', async (t) => {
+  const tok = await token(SECRET, 'orders:read orders:write', { tenant: 'atomic-storm' });
+  const auth = { authorization: `Bearer ${tok}` };
+  const SIZE = 5;
+  const dir = await tempDir('durability-atomic');
+  try {
+    const first = await start(t, dir);
+    const pool = new Pool(first.url, { connections: 16, pipelining: 1 });
+    let acked = 0;
+    let sent = 0;
+    let stopped = false;
+    const ackedBatches = new Set<string>();
+    const loops = Array.from({ length: 16 }, async (_, loop) => {
+      for (let i = 0; !stopped; i++) {
+        const batch = `b-${loop}-${i}`;
+        sent++;
+        const operations = Array.from({ length: SIZE }, (_, j) => ({ method: 'POST', body: { currency: 'EUR', note: batch, metadata: { j: String(j) } } }));
+        try {
+          const res = await pool.request({ path: '/v1/orders/batch', method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ atomic: true, operations }) });
+          await res.body.text();
+          if (res.statusCode === 200) {
+            acked++;
+            ackedBatches.add(batch);
+          }
+        } catch {
+          return;
+        }
+      }
+    });
+    const stormStart = Date.now();
+    while (Date.now() - stormStart < STORM_MAX_MS && acked < 300) await new Promise((r) => setTimeout(r, 20));
+    first.child.kill('SIGKILL');
+    await exited(first.child);
+    stopped = true;
+    await Promise.all(loops);
+    await pool.destroy();
+    t.true(acked > 0);
+
+    const second = await start(t, dir);
+    const reader = new Pool(second.url, { connections: 4 });
+    try {
+      const perBatch = new Map<string, number>();
+      let next: string | undefined = '/v1/orders?limit=100';
+      while (next) {
+        const res = await reader.request({ path: next, method: 'GET', headers: auth });
+        const page = (await res.body.json()) as { data: { note: string }[]; _links: { next?: { href: string } } };
+        for (const o of page.data) perBatch.set(o.note, (perBatch.get(o.note) ?? 0) + 1);
+        next = page._links.next?.href;
+      }
+      const torn = [...perBatch].filter(([, n]) => n !== SIZE);
+      t.deepEqual(torn, [], 'no batch is there in part');
+      t.deepEqual([...ackedBatches].filter((b) => perBatch.get(b) !== SIZE), [], 'every acknowledged batch is there whole');
+      t.log(`${sent} atomic batches sent, ${acked} acknowledged before SIGKILL, ${perBatch.size} found whole`);
+    } finally {
+      await reader.close();
+      second.child.kill('SIGTERM');
+      await exited(second.child);
+    }
+  } finally {
+    await removeDir(dir);
+  }
+});

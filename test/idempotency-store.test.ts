@@ -108,3 +108,18 @@ test('keys are per tenant', async (t) => {
   t.falsy(b.replayed);
   t.not(idOf(a), idOf(b));
 });
+
+test('one sweep forgets every key that is due, however many, in chunks', async (t) => {
+  const { host, clock } = t.context;
+  const start = clock.now;
+  const n = 2500;
+  // Written in waves so the mailboxes stay far from their limit.
+  for (let at = 0; at < n; at += 500) {
+    const wave = await Promise.all(Array.from({ length: 500 }, (_, i) => host.handle(create('t1', tag(`bulk-${at + i}`)))));
+    t.true(wave.every((r) => r.ok));
+  }
+  clock.now = start + TTL + 1;
+  t.is(await host.sweepIdempotency(), n);
+  clock.now = start + 1;
+  for (const i of [0, 999, 1000, 2499]) t.falsy((await host.handle(create('t1', tag(`bulk-${i}`)))).replayed, `bulk-${i} was swept`);
+});

@@ -12,9 +12,10 @@
 
 import { ApiError, PROBLEMS, toWire, type FieldError, type WireError } from '../../common/errors.js';
 import { newId, parseId, partitionOf } from '../../common/ids.js';
-import type { BatchOp, BatchOutcome, IdemTag } from '../../proto/messages.js';
+import type { BatchOp, BatchOutcome, IdemTag, ProductRecord } from '../../proto/messages.js';
 import { parseIfMatch, versionTag } from '../representation.js';
 import { type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import { homePartition } from '../idempotency.js';
 import { validateBody } from '../validate.js';
 import { variantOf } from '../collection.js';
 import { READ_ONLY, problemResponses } from './common.js';
@@ -23,6 +24,7 @@ import { fetchProducts } from './products.js';
 import type { OrderPatch } from '../../proto/messages.js';
 
 const METHODS = ['POST', 'PATCH', 'DELETE'] as const;
+export const MAX_BATCH_PRODUCTS = 1000;
 type BatchMethod = (typeof METHODS)[number];
 const SUCCESS_STATUS: Record<BatchMethod, number> = { POST: 201, PATCH: 200, DELETE: 204 };
 
@@ -46,7 +48,8 @@ const batchSchema: JsonSchema = {
   required: ['operations'],
   properties: {
     atomic: { type: 'boolean', description: 'All or nothing (default false: each operation on its own).' },
-    operations: { type: 'array', minItems: 1, items: { type: 'object' }, description: 'At most MAX_BATCH (default 100) operations.' },
+    // maxItems is the ceiling MAX_BATCH may be set to; the configured limit is checked first (413).
+    operations: { type: 'array', minItems: 1, maxItems: 10_000, items: { type: 'object', maxProperties: 4 }, description: 'At most MAX_BATCH (default 100) operations.' },
   },
 };
 
@@ -137,7 +140,15 @@ export const orderBatchRoute: RouteDef = route({
   summary: 'Create, patch and delete orders in one request, each on its own (207) or all or nothing (`atomic`). Safe to retry with Idempotency-Key.',
   tag: 'orders',
   scope: 'orders:write',
-  body: { schema: batchSchema },
+  body: {
+    schema: batchSchema,
+    precheck(body, config) {
+      const ops = (body as { operations?: unknown } | null)?.operations;
+      if (Array.isArray(ops) && ops.length > config.maxBatch) {
+        throw new ApiError('payload-too-large', `A batch holds at most ${config.maxBatch} operations; this one has ${ops.length}. Nothing was written.`);
+      }
+    },
+  },
   responses: {
     200: 'Atomic: every operation succeeded; one result each.',
     207: 'Partial: one result per operation, each with its own status.',
@@ -147,10 +158,6 @@ export const orderBatchRoute: RouteDef = route({
   async handle(ctx) {
     const body = ctx.body as { atomic?: boolean; operations: unknown[] };
     const atomic = body.atomic === true;
-    const max = ctx.config.maxBatch;
-    if (body.operations.length > max) {
-      throw new ApiError('payload-too-large', `A batch holds at most ${max} operations; this one has ${body.operations.length}. Nothing was written.`);
-    }
     const tenant = principalOf(ctx).tenant;
     const failures: { index: number; error: WireError }[] = [];
     const fail = (index: number, err: unknown): void => {
@@ -197,7 +204,12 @@ export const orderBatchRoute: RouteDef = route({
 
     // ---- price the items of every create at once, then mint the ids ----
     const creates = checked.filter((c) => c.op.op === 'create');
-    const products = creates.length ? await fetchProducts(ctx, creates.flatMap((c) => [...productIdsOf(c.itemsRaw)])) : new Map();
+    const productIds = new Set(creates.flatMap((c) => [...productIdsOf(c.itemsRaw)]));
+    // Each product is a read; one request may not fan out without bound (ARCHITECTURE 7).
+    if (productIds.size > MAX_BATCH_PRODUCTS) {
+      throw new ApiError('payload-too-large', `The batch names ${productIds.size} distinct products; at most ${MAX_BATCH_PRODUCTS} may be priced in one batch. Nothing was written.`);
+    }
+    const products = productIds.size ? await fetchProducts(ctx, productIds) : new Map<string, ProductRecord>();
     const ready: Checked[] = [];
     for (const c of checked) {
       if (c.op.op === 'create') {
@@ -222,19 +234,41 @@ export const orderBatchRoute: RouteDef = route({
       if (!ops) groups.set(p, (ops = []));
       ops.push(c.op);
     }
+    // With a key, each group keeps its own result under a key fixed by its partition, so a retry
+    // finds every group that ran, however the other operations fare this time. The group in the
+    // key's home partition keeps it under the key itself, and is sent even when it holds no
+    // operation: the key is then taken, and reusing it for another request is caught (422).
     const tag = ctx.bus.idempotency;
-    const outcomes = (
-      await Promise.all(
-        [...groups].map(([partition, ops]) => {
-          // A retry groups the same operations the same way; each group keeps its own result.
-          const idem: IdemTag | undefined = tag && groups.size > 1 ? { key: `${tag.key}\u0001${partition}`, fingerprint: tag.fingerprint } : undefined;
-          return ctx.bus.call({ kind: 'order.batch', tenant, partition, atomic, ops, ...(idem ? { idem } : {}) });
-        }),
-      )
-    ).flat();
+    const keyHome = tag ? homePartition(tenant, tag.key) : undefined;
+    if (keyHome !== undefined && !groups.has(keyHome)) groups.set(keyHome, []);
+    const idemFor = (partition: number): { idem?: IdemTag } =>
+      tag && partition !== keyHome ? { idem: { key: `${tag.key}\u0001${partition}`, fingerprint: tag.fingerprint } } : {};
+    // The home group also keeps what the gateway refused, so a retry answers exactly as the first
+    // attempt did even if, say, a product it named has appeared since.
+    const refused: BatchOutcome[] = failures.map((f) => ({ index: f.index, ok: false, error: f.error }));
+    const settled = await Promise.allSettled(
+      [...groups].map(([partition, ops]) =>
+        ctx.bus.call({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) }),
+      ),
+    );
+    const outcomes: BatchOutcome[] = [];
+    [...groups.values()].forEach((ops, i) => {
+      const s = settled[i]!;
+      if (s.status === 'fulfilled') {
+        outcomes.push(...s.value);
+        return;
+      }
+      // An atomic batch is one group: its failure is the request's. In partial mode the other
+      // groups stand, and this group's operations report why they did not run.
+      if (atomic || !(s.reason instanceof ApiError)) throw s.reason;
+      const error = toWire(s.reason);
+      for (const op of ops) outcomes.push({ index: op.index, ok: false, error });
+    });
 
-    const byIndex = new Map<number, BatchOutcome>(outcomes.map((o) => [o.index, o]));
-    for (const f of failures) byIndex.set(f.index, { index: f.index, ok: false, error: f.error });
+    // What the owners answered wins over what this attempt decided alone: on a retry it is the
+    // first attempt's answer.
+    const byIndex = new Map<number, BatchOutcome>(refused.map((o) => [o.index, o]));
+    for (const o of outcomes) byIndex.set(o.index, o);
     const actorFailures = outcomes.filter((o): o is Extract<BatchOutcome, { ok: false }> => !o.ok);
     if (atomic && actorFailures.length) throw atomicFailure(actorFailures);
 

@@ -255,7 +255,27 @@ function action(kind: 'order.pay' | 'order.cancel', verb: string): RouteDef {
       const id = orderIdOf(ctx);
       return orderOutcome(await ctx.bus.call({ kind, ...target(ctx, id), ifMatch: ctx.ifMatch }));
     },
+    replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (_ctx, reply) => orderOutcome(reply as OrderRecord) },
   });
+}
+
+/** A new order's answer: also what a keyed retry of the create replays. */
+function createdOrder(order: OrderRecord): Outcome {
+  // The answer's id, not one minted for this request: a replay answers the first attempt's order.
+  return orderOutcome(order, 201, `${BASE}/${order.id}`);
+}
+
+/** A new line item's answer, from the order the add returned. */
+function addedItem(order: OrderRecord): Outcome {
+  // Items are only ever appended, so the one this write added is the last in its answer; a
+  // replayed answer names the item of the first attempt.
+  const item = order.items[order.items.length - 1]!;
+  return {
+    status: 201,
+    body: renderItem(order.id, item, undefined),
+    tag: { version: order.version, variant: `item:${item.id};${variantOf(undefined, new Set())}` },
+    location: `${BASE}/${order.id}/items/${item.id}`,
+  };
 }
 
 export const orderRoutes: RouteDef[] = [
@@ -317,9 +337,9 @@ export const orderRoutes: RouteDef[] = [
       const input = inputOf(body);
       const items = await priceItems(ctx, id, input.currency, (body.items as Record<string, unknown>[] | undefined) ?? [], (i) => `/items/${i}`);
       const order = await ctx.bus.call({ kind: 'order.create', tenant: principalOf(ctx).tenant, partition: partitionOf(id), id, input, items });
-      // The answer's id, not the one minted here: a replay answers the first attempt's order.
-      return orderOutcome(order, 201, `${BASE}/${order.id}`);
+      return createdOrder(order);
     },
+    replay: { partition: partitionForNew, outcome: (_ctx, reply) => createdOrder(reply as OrderRecord) },
   }),
 
   route({
@@ -441,17 +461,9 @@ export const orderRoutes: RouteDef[] = [
       // The item's price needs the order's currency; the actor re-checks the state in its turn.
       const current = await ctx.bus.call({ kind: 'order.get', ...t });
       const [item] = await priceItems(ctx, id, current.currency, [ctx.body as Record<string, unknown>], () => '');
-      const order = await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item!, currency: current.currency });
-      // Items are only ever appended, so the one this write added is the last in its answer; a
-      // replayed answer names the item of the first attempt, not the id minted for this one.
-      const stored = order.items[order.items.length - 1]!;
-      return {
-        status: 201,
-        body: renderItem(id, stored, undefined),
-        tag: { version: order.version, variant: `item:${stored.id};${variantOf(undefined, new Set())}` },
-        location: `${BASE}/${id}/items/${stored.id}`,
-      };
+      return addedItem(await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item!, currency: current.currency }));
     },
+    replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (_ctx, reply) => addedItem(reply as OrderRecord) },
   }),
 
   route({

@@ -20,7 +20,7 @@ import {
   sortParam,
   variantOf,
 } from '../collection.js';
-import { type Ctx, type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
 import { cachedRendering } from '../representation.js';
 import { idParam, target, collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY } from './common.js';
 
@@ -76,7 +76,13 @@ function productIdOf(ctx: Ctx): string {
   return idParam(ctx, 'product', 'productId', 'product');
 }
 
-function outcome(p: ProductRecord, status = 200, location?: string) {
+/** A new product's answer: also what a keyed retry of the create replays. */
+function created(p: ProductRecord): Outcome {
+  // The answer's id, not one minted for this request: a replay answers the first attempt's product.
+  return outcome(p, 201, `${BASE}/${p.id}`);
+}
+
+function outcome(p: ProductRecord, status = 200, location?: string): Outcome {
   return { status, body: renderProduct(p), tag: { version: p.version, variant: variantOf(undefined, new Set()) }, ...(location ? { location } : {}) };
 }
 
@@ -132,9 +138,9 @@ export const productRoutes: RouteDef[] = [
         id,
         input: { name: body.name, price: body.price, currency: body.currency },
       });
-      // The answer's id, not the one minted here: a replay answers the first attempt's product.
-      return outcome(p, 201, `${BASE}/${p.id}`);
+      return created(p);
     },
+    replay: { partition: partitionForNew, outcome: (_ctx, reply) => created(reply as ProductRecord) },
   }),
 
   route({

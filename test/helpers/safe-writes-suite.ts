@@ -174,6 +174,29 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     t.is(payAgain.headers.etag, pay.headers.etag);
   });
 
+  test('idempotency: a retry replays even when what the first attempt read has changed since', async (t) => {
+    const c = await tenant(t, 'idem');
+    const product = await createProduct(t, c, { price: 100 });
+    const order = await createOrder(t, c);
+    const k = key();
+    const add = await c.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 1 }, { 'idempotency-key': k });
+    t.is(add.status, 201, add.text);
+    const kc = key();
+    const create = await c.post('/v1/orders', { currency: 'EUR', items: [{ productId: product.id, quantity: 1 }] }, { 'idempotency-key': kc });
+    t.is(create.status, 201, create.text);
+    // The product and the order the first attempts read are gone now.
+    t.is((await c.delete(`/v1/products/${product.id}`)).status, 204);
+    t.is((await c.delete(order.href)).status, 204);
+    const addAgain = await c.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 1 }, { 'idempotency-key': k });
+    t.is(addAgain.status, 201, addAgain.text);
+    t.true(replayed(addAgain));
+    t.is(addAgain.text, add.text);
+    const createAgain = await c.post('/v1/orders', { currency: 'EUR', items: [{ productId: product.id, quantity: 1 }] }, { 'idempotency-key': kc });
+    t.is(createAgain.status, 201, createAgain.text);
+    t.true(replayed(createAgain));
+    t.is(createAgain.headers.location, create.headers.location);
+  });
+
   // ---------------- POST /orders/batch ----------------
 
   test('batch: partial mode answers 207 with one result per operation; a failed operation changes nothing', async (t) => {
@@ -257,6 +280,9 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     const atomic = await c.post('/v1/orders/batch', { atomic: true, operations });
     assertProblem(t, atomic, 413, 'payload-too-large');
     t.is(await countOrders(t, c), 0);
+    const junk = await c.post('/v1/orders/batch', { operations: Array.from({ length: 5000 }, () => 0) });
+    assertProblem(t, junk, 413, 'payload-too-large');
+    t.true(junk.bytes.length < 2048, 'counted before the schema lists thousands of errors');
     assertProblem(t, await c.post('/v1/orders/batch', { operations: [] }), 422, 'validation-failed', { pointer: '/operations' });
     assertProblem(t, await c.post('/v1/orders/batch', { ops: [] }), 422, 'validation-failed');
     const full = await c.post('/v1/orders/batch', { operations: operations.slice(0, 100) });
@@ -300,6 +326,51 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     assertProblem(t, await other.post('/v1/orders/batch', { atomic: true, operations: [{ method: 'DELETE', id: a.id }] }), 404, 'not-found');
     t.deepEqual([(await owner.get(a.href)).text, (await owner.get(b.href)).text], before, "the owner's orders are untouched");
     t.is(await countOrders(t, owner), 2);
+  });
+
+  test('batch: a keyed retry answers as the first attempt did and runs nothing twice, even when a product came or went between them', async (t) => {
+    const c = await tenant(t, 'batch');
+    const gone = await createProduct(t, c, { price: 100 });
+    const a = await createOrder(t, c);
+    const b = await createOrder(t, c);
+    const k1 = key();
+    const body1 = { operations: [{ method: 'POST', body: { currency: 'EUR', items: [{ productId: gone.id, quantity: 1 }] } }, { method: 'PATCH', id: a.id, body: { note: 'once' } }] };
+    const first = await c.post('/v1/orders/batch', body1, { 'idempotency-key': k1 });
+    t.deepEqual((first.json.results as { status: number }[]).map((r) => r.status), [201, 200], first.text);
+    t.is((await c.delete(`/v1/products/${gone.id}`)).status, 204);
+    const retry = await c.post('/v1/orders/batch', body1, { 'idempotency-key': k1 });
+    t.deepEqual(retry.json, first.json, 'the first answer, though the product is gone now');
+    t.is((await c.get(a.href)).headers.etag, (first.json.results as { etag: string }[])[1]!.etag, 'the patch ran once');
+
+    // The other way round: the first attempt cannot price the item (the product is in USD, the
+    // order in EUR); before the retry the product moves to EUR, so the item could be priced now.
+    const dollars = await createProduct(t, c, { price: 100, currency: 'USD' });
+    const k2 = key();
+    const body2 = { operations: [{ method: 'POST', body: { currency: 'EUR', items: [{ productId: dollars.id, quantity: 1 }] } }, { method: 'PATCH', id: b.id, body: { note: 'once' } }] };
+    const first2 = await c.post('/v1/orders/batch', body2, { 'idempotency-key': k2 });
+    t.deepEqual((first2.json.results as { status: number }[]).map((r) => r.status), [422, 200], first2.text);
+    t.is((await c.patch(`/v1/products/${dollars.id}`, { currency: 'EUR' })).status, 200);
+    const count = await countOrders(t, c);
+    const retry2 = await c.post('/v1/orders/batch', body2, { 'idempotency-key': k2 });
+    t.deepEqual(retry2.json, first2.json);
+    t.is(await countOrders(t, c), count, 'the create refused the first time did not run on the retry');
+
+    // A key taken by a batch, even one that only patched orders elsewhere, is taken for good.
+    const k3 = key();
+    const patches = await c.post('/v1/orders/batch', { operations: [a, b].map((o) => ({ method: 'PATCH', id: o.id, body: { note: 'k3' } })) }, { 'idempotency-key': k3 });
+    t.is(patches.status, 207);
+    assertProblem(t, await c.post('/v1/orders', { currency: 'USD' }, { 'idempotency-key': k3 }), 422, 'idempotency-key-reused');
+  });
+
+  test('batch: a failure the order reports points into the batch document', async (t) => {
+    const c = await tenant(t, 'batch');
+    const metadata = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`k${i}`, 'v']));
+    const order = await createOrder(t, c, { metadata });
+    const more = Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`m${i}`, 'v']));
+    const res = await c.post('/v1/orders/batch', { operations: [{ method: 'PATCH', id: order.id, body: { metadata: more } }] });
+    t.is(res.status, 207);
+    const problem = (res.json.results as { problem: { errors: { pointer: string }[] } }[])[0]!.problem;
+    t.is(problem.errors[0]!.pointer, '/operations/0/body/metadata');
   });
 
   test('batch: a retried batch with Idempotency-Key replays its results and writes nothing more', async (t) => {
