@@ -20,6 +20,8 @@ export interface Plan {
 
 interface Slot {
   stored: OrderRecord | undefined;
+  /** What the caller sees before the batch: another tenant's order is absent (CONTRACT §3). */
+  visible: OrderRecord | undefined;
   current: OrderRecord | undefined;
 }
 
@@ -48,7 +50,8 @@ export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: nu
     if (!slot) {
       const stored = orders.get(op.id);
       // Another tenant's order does not exist for this caller (CONTRACT §3).
-      slot = { stored, current: stored && stored.tenant === cmd.tenant ? stored : undefined };
+      const visible = stored && stored.tenant === cmd.tenant ? stored : undefined;
+      slot = { stored, visible, current: visible };
       slots.set(op.id, slot);
     }
     try {
@@ -65,7 +68,9 @@ export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: nu
   const writes: Write<unknown>[] = [];
   if (!(cmd.atomic && failed)) {
     for (const [id, slot] of slots) {
-      if (slot.current !== slot.stored) writes.push({ table: orders as Table<unknown>, id, before: slot.stored, after: slot.current });
+      // Changed from what the caller saw, not from what is stored: a refused operation on another
+      // tenant's order leaves `current` absent, and writing that back would delete their order.
+      if (slot.current !== slot.visible) writes.push({ table: orders as Table<unknown>, id, before: slot.stored, after: slot.current });
     }
   }
   return { writes, reply: outcomes };

@@ -280,6 +280,28 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     t.true((partial.json.results as { status: number }[]).every((r) => r.status === 200));
   });
 
+  test("batch: another tenant's orders are 404 in both modes and stay exactly as they were", async (t) => {
+    const owner = await tenant(t, 'batch-owner');
+    const other = await tenant(t, 'batch-other');
+    const a = await createOrder(t, owner, { note: 'a' });
+    const b = await createOrder(t, owner, { note: 'b' });
+    const before = [(await owner.get(a.href)).text, (await owner.get(b.href)).text];
+    // A failed operation on an order the caller cannot see must not write it back as absent.
+    const partial = await other.post('/v1/orders/batch', {
+      operations: [
+        { method: 'PATCH', id: a.id, body: { note: 'taken' } },
+        { method: 'DELETE', id: b.id },
+        { method: 'PATCH', id: b.id, ifMatch: b.etag, body: { note: 'taken' } },
+        { method: 'POST', body: { currency: 'EUR' } },
+      ],
+    });
+    t.is(partial.status, 207, partial.text);
+    t.deepEqual((partial.json.results as { status: number }[]).map((r) => r.status), [404, 404, 404, 201]);
+    assertProblem(t, await other.post('/v1/orders/batch', { atomic: true, operations: [{ method: 'DELETE', id: a.id }] }), 404, 'not-found');
+    t.deepEqual([(await owner.get(a.href)).text, (await owner.get(b.href)).text], before, "the owner's orders are untouched");
+    t.is(await countOrders(t, owner), 2);
+  });
+
   test('batch: a retried batch with Idempotency-Key replays its results and writes nothing more', async (t) => {
     const c = await tenant(t, 'batch');
     const a = await createOrder(t, c);
