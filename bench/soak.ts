@@ -207,7 +207,7 @@ async function hostileStream(
     const counts = verdicts.get(c.name) ?? {};
     counts[verdict] = (counts[verdict] ?? 0) + 1;
     verdicts.set(c.name, counts);
-    if (verdict === 'violation') tally.error(c.name, 'hostile', `hostile: ${reason ?? ''}`, `${c.name}: ${reason ?? ''}`);
+    if (verdict === 'violation') tally.error(c.name, 'hostile', `hostile: ${reason ?? ''}`, `expected ${c.expect.join(' or ')}`);
   };
   while (keepGoing()) {
     if (inFlight.size < settings.hostileInFlight) {
