@@ -175,3 +175,22 @@ test('the next link after the longest product name sorts on is followed, not ref
   t.is(second.status, 200, second.text);
   t.is(second.json<{ data: { name: string }[] }>().data[0]?.name, '😁'.repeat(200));
 });
+
+test('a large invalid body names its first failure; a small one names every failure, at most 100', async (t) => {
+  const call = await as(t, freshTenant('big'));
+  // 40,000 metadata members: one failed limit check answers it, not 40,000 member checks.
+  const huge = await call({ method: 'POST', path: '/v1/orders', body: { currency: 'EUR', metadata: Object.fromEntries(Array.from({ length: 40_000 }, (_, i) => [`k${i}`, 'v'])) } });
+  const p = assertProblem(t, huge, 422, 'validation-failed');
+  t.is(p.errors?.length, 1);
+  t.is(p.errors?.[0]?.pointer, '/metadata');
+  // Small, with three bad members: all three.
+  const small = await call({ method: 'POST', path: '/v1/orders', body: { currency: 'eur', note: 5, customerId: '' } });
+  t.is(assertProblem(t, small, 422, 'validation-failed').errors?.length, 3);
+  // Small, with 300 bad items: the first 100, and the count.
+  const many = await call({ method: 'POST', path: '/v1/orders/batch', body: { operations: Array.from({ length: 100 }, () => ({ method: 'GET', id: 1, ifMatch: 2 })) } });
+  t.is(many.status, 207);
+  const items = await call({ method: 'POST', path: '/v1/orders', body: { currency: 'EUR', items: Array.from({ length: 300 }, () => ({ productId: 1, quantity: 0 })) } });
+  const pi = assertProblem(t, items, 422, 'validation-failed');
+  t.is(pi.errors?.length, 100);
+  t.regex(pi.detail ?? '', /the first 100 are listed/);
+});

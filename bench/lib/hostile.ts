@@ -1,7 +1,7 @@
 // The soak's hostile stream: requests no well-behaved client sends, at a bounded rate beside the
 // normal load. Each must be answered with a 4xx, never a 5xx; where the documented answer is a
-// closed connection (an oversized body or header section: docs/api-guide.md "Connections" and
-// the 413 rows), a close is counted apart, not as an error. Everything else (a 2xx, 3xx or 5xx,
+// closed connection (the README's "Hostile input" table: oversized bodies and heads, methods and
+// request lines uWS does not parse), a close is counted apart, not as an error. Everything else (a 2xx, 3xx or 5xx,
 // a close nobody documented, no answer at all) is a violation.
 //
 // Cases that need exact bytes on the wire (framing, oversized heads and bodies, methods an HTTP
@@ -204,11 +204,12 @@ export function hostileCases(tokens: Awaited<ReturnType<typeof hostileTokens>>):
 
     // ---- methods and framing ----
     { name: 'method-trace', expect: [405], run: (h) => api(h, 'TRACE', '/v1/orders') },
-    { name: 'method-unknown', expect: [405, 501], run: (h) => raw(h, [rawRequest('FOO', '/v1/orders', { Authorization: `Bearer ${h.token}` })]) },
-    { name: 'method-propfind', expect: [405, 501], run: (h) => raw(h, [rawRequest('PROPFIND', '/v1/orders', { Authorization: `Bearer ${h.token}` })]) },
-    { name: 'framing-no-host', expect: [400], run: (h) => raw(h, ['GET /v1 HTTP/1.1\r\n\r\n']) },
-    { name: 'framing-bad-header-line', expect: [400], run: (h) => raw(h, ['GET /v1 HTTP/1.1\r\nHost: a\r\nNo-Colon-Here\r\n\r\n']) },
-    { name: 'framing-garbage', expect: [400], run: (h) => raw(h, [Buffer.from([0, 1, 2, 3, 0x20, 0xff, 0xfe, 13, 10, 13, 10])]) },
+    // uWS closes these itself, before the gateway sees a request (README "Hostile input").
+    { name: 'method-unknown', expect: [405, 501], closeOk: true, run: (h) => raw(h, [rawRequest('FOO', '/v1/orders', { Authorization: `Bearer ${h.token}` })]) },
+    { name: 'method-propfind', expect: [405, 501], closeOk: true, run: (h) => raw(h, [rawRequest('PROPFIND', '/v1/orders', { Authorization: `Bearer ${h.token}` })]) },
+    { name: 'framing-no-host', expect: [400], closeOk: true, run: (h) => raw(h, ['GET /v1 HTTP/1.1\r\n\r\n']) },
+    { name: 'framing-bad-header-line', expect: [400], closeOk: true, run: (h) => raw(h, ['GET /v1 HTTP/1.1\r\nHost: a\r\nNo-Colon-Here\r\n\r\n']) },
+    { name: 'framing-garbage', expect: [400], closeOk: true, run: (h) => raw(h, [Buffer.from([0, 1, 2, 3, 0x20, 0xff, 0xfe, 13, 10, 13, 10])]) },
 
     // ---- tokens ----
     { name: 'token-missing', expect: [401], run: (h) => api(h, 'GET', '/v1/orders', { token: null }) },
