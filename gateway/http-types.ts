@@ -10,6 +10,11 @@ export interface GatewayRequest {
   /** Lower-cased names; repeated headers joined with ', '. */
   headers: Record<string, string>;
   body: Buffer | undefined;
+  /**
+   * The peer's address as uWS writes it: dotted IPv4, or IPv6 in full (8 groups of 4 hex
+   * digits). Behind a proxy or balancer this is the proxy's address.
+   */
+  remoteAddress: string;
 }
 
 export interface GatewayResponse {

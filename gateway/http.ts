@@ -21,9 +21,16 @@ export interface HttpOptions {
   port: number;
   maxBodyBytes: number;
   log: Logger;
+  /**
+   * Renders a refusal decided here, before the pipeline runs (413), through the gateway, so it
+   * is charged to the caller and carries the same headers as every other answer.
+   */
+  refuse(req: GatewayRequest, err: ApiError): GatewayResponse;
 }
 
 const SMALL_BODY_BYTES = 16 * 1024;
+// Addresses are ASCII; TextDecoder reads uWS's ArrayBuffer without wrapping it in a Buffer first.
+const ascii = new TextDecoder();
 const statusLines = new Map<number, string>();
 function statusLine(status: number): string {
   let line = statusLines.get(status);
@@ -31,10 +38,10 @@ function statusLine(status: number): string {
   return line;
 }
 
-// Answered here, before the pipeline runs, but rendered by the one problem renderer so it
-// carries Trace-Id and traceId like every other problem (CONTRACT §4).
-function tooLarge(limit: number, traceparent: string | undefined, log: Logger): GatewayResponse {
-  return problemResponse(new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`), traceIdOf(traceparent), log);
+// Answered here, before the pipeline runs, but rendered through `opts.refuse` and the one
+// problem renderer so it carries Trace-Id, traceId and the rate-limit fields (CONTRACT §4).
+function tooLarge(limit: number): ApiError {
+  return new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`);
 }
 
 export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
@@ -51,6 +58,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       query: req.getQuery() ?? '',
       headers,
       body: undefined,
+      remoteAddress: ascii.decode(res.getRemoteAddressAsText()),
     };
     let aborted = false;
     res.onAborted(() => {
@@ -77,7 +85,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     if (declared === undefined && !chunked) return run();
     if (declared !== undefined && Number(declared) > opts.maxBodyBytes) {
       // Refuse before reading a byte of it, and close: the rest of the body is never read.
-      return send(tooLarge(opts.maxBodyBytes, request.headers.traceparent, opts.log), true);
+      return send(opts.refuse(request, tooLarge(opts.maxBodyBytes)), true);
     }
     const chunks: Buffer[] = [];
     let size = 0;
@@ -87,7 +95,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       size += chunk.byteLength;
       if (size > opts.maxBodyBytes) {
         refused = true;
-        return send(tooLarge(opts.maxBodyBytes, request.headers.traceparent, opts.log), true);
+        return send(opts.refuse(request, tooLarge(opts.maxBodyBytes)), true);
       }
       // uWS reuses the chunk's memory after this callback returns: copy it.
       chunks.push(Buffer.from(Buffer.from(chunk)));

@@ -1,6 +1,6 @@
 // The request lifecycle as one ordered list, read top to bottom (STYLE 3):
 //
-//   trace id → authenticate → route → authorize → negotiate → parse and validate
+//   trace id → authenticate → rate limit → route → authorize → negotiate → parse and validate
 //     → handler (command → bus) → render → conditional → compress
 //
 // `handle` is a pure function from GatewayRequest to GatewayResponse; the uWS adapter
@@ -10,11 +10,12 @@ import { randomBytes } from 'node:crypto';
 import type { Config } from '../common/config.js';
 import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
-import type { Authenticator } from './auth.js';
+import type { Authenticator, Principal } from './auth.js';
 import type { BusClient } from './bus-client.js';
 import type { GatewayRequest, GatewayResponse } from './http-types.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
+import { callerKey, RateLimiter } from './rate-limit.js';
 import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, parseIfMatch, versionTag } from './representation.js';
 import type { Ctx, Outcome, RouteDef } from './route.js';
 import { Router } from './router.js';
@@ -34,7 +35,11 @@ export interface GatewayDeps {
 
 export interface Gateway {
   handle(req: GatewayRequest): Promise<GatewayResponse>;
+  /** Answers a request the uWS edge refused before the pipeline ran (413), charged like any other. */
+  refuse(req: GatewayRequest, err: unknown): GatewayResponse;
   routes: readonly RouteDef[];
+  /** Stops the rate limiter's sweep. */
+  close(): void;
 }
 
 export function createGateway(deps: GatewayDeps): Gateway {
@@ -43,12 +48,26 @@ export function createGateway(deps: GatewayDeps): Gateway {
     router.add(r.method, r.path, r);
     if (r.body) compileSchema(r.body.schema);
   }
+  const limiter = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
 
   async function handle(req: GatewayRequest): Promise<GatewayResponse> {
     const traceId = traceIdOf(req.headers.traceparent);
+    let quota: string | undefined;
+    let res: GatewayResponse;
     try {
       const auth = req.headers.authorization;
-      const principal = deps.auth.cached(auth) ?? (await deps.auth.authenticate(auth));
+      let principal: Principal | undefined;
+      let authFailure: unknown;
+      try {
+        principal = deps.auth.cached(auth) ?? (await deps.auth.authenticate(auth));
+      } catch (err) {
+        authFailure = err;
+      }
+      // Right after authentication, before any other work: a caller without a valid token
+      // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
+      // is limited too, and a refused request costs no routing, parsing or bus call.
+      quota = limiter.charge(callerKey(principal, req.remoteAddress));
+      if (authFailure !== undefined) throw authFailure;
       const match = router.match(req.method, req.path);
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
@@ -72,13 +91,40 @@ export function createGateway(deps: GatewayDeps): Gateway {
         config: deps.config,
       };
       const outcome = await route.handle(ctx);
-      return await render(outcome, ctx, traceId);
+      res = await render(outcome, ctx, traceId);
     } catch (err) {
-      return problemResponse(err, traceId, deps.log);
+      res = problemResponse(err, traceId, deps.log);
     }
+    return withQuota(res, limiter, quota);
   }
 
-  return { handle, routes: deps.routes };
+  function refuse(req: GatewayRequest, err: unknown): GatewayResponse {
+    const traceId = traceIdOf(req.headers.traceparent);
+    // Only a token verified before counts here: verifying one is asynchronous, and this answer
+    // must not wait. An unknown token is charged to the address, like a bad one.
+    let quota: string | undefined;
+    let problem = err;
+    try {
+      quota = limiter.charge(callerKey(deps.auth.cached(req.headers.authorization), req.remoteAddress));
+    } catch (limited) {
+      problem = limited;
+    }
+    return withQuota(problemResponse(problem, traceId, deps.log), limiter, quota);
+  }
+
+  return { handle, refuse, routes: deps.routes, close: () => limiter.close() };
+}
+
+/**
+ * Every answer carries the rate-limit fields (draft-ietf-httpapi-ratelimit-headers-11 §6: they
+ * may appear whatever the status). A 429 brought its own from the limiter, so `quota` is unset.
+ */
+function withQuota(res: GatewayResponse, limiter: RateLimiter, quota: string | undefined): GatewayResponse {
+  if (quota !== undefined) {
+    res.headers['ratelimit-policy'] = limiter.policy;
+    res.headers.ratelimit = quota;
+  }
+  return res;
 }
 
 /**

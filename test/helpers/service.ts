@@ -55,13 +55,14 @@ async function cleanup(steps: (() => Promise<unknown>)[]): Promise<void> {
   if (failed) throw failed.reason;
 }
 
-export async function startEmbedded(): Promise<RunningService> {
+/** `env` adds to or overrides the variables the service is configured from (e.g. RATE_LIMIT_BURST). */
+export async function startEmbedded(env: Record<string, string> = {}): Promise<RunningService> {
   const dataDir = await tempDir('embedded');
   const secret = newSecret();
   let service: Service;
   try {
     service = await startService(
-      loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent' }),
+      loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', ...env }),
       silent(),
     );
   } catch (err) {
