@@ -326,3 +326,26 @@ test('a flood of bad tokens gets 401s, then 429s, each with the fields', async (
   t.is(replies.at(-1)?.status, 429);
   for (const r of replies) remaining(t, r);
 });
+
+test('the OpenAPI document gives every operation a 429 and the RateLimit headers', async (t) => {
+  const call = client(t, '127.0.0.10');
+  const doc = JSON.parse((await call('/v1/openapi.json')).text) as {
+    paths: Record<string, Record<string, { responses: Record<string, { headers?: Record<string, unknown> }> }>>;
+    components: { headers: Record<string, unknown> };
+  };
+  let operations = 0;
+  for (const [path, ops] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(ops)) {
+      operations++;
+      const tooMany = op.responses['429'];
+      t.truthy(tooMany, `${method} ${path} documents 429`);
+      t.truthy(tooMany?.headers?.['Retry-After'], `${method} ${path} 429 has Retry-After`);
+      for (const [status, response] of Object.entries(op.responses)) {
+        t.truthy(response.headers?.RateLimit, `${method} ${path} ${status} has RateLimit`);
+        t.truthy(response.headers?.['RateLimit-Policy'], `${method} ${path} ${status} has RateLimit-Policy`);
+      }
+    }
+  }
+  t.true(operations > 10);
+  t.truthy(doc.components.headers.RateLimit);
+});
