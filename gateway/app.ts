@@ -65,6 +65,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
     maxBodyBytes: config.maxBodyBytes,
     log,
     refuse: gateway.refuse,
+    needsAddress: gateway.needsAddress,
   });
   return {
     url: `http://${config.host}:${server.port}`,

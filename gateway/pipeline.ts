@@ -37,6 +37,12 @@ export interface Gateway {
   handle(req: GatewayRequest): Promise<GatewayResponse>;
   /** Answers a request the uWS edge refused before the pipeline ran (413), charged like any other. */
   refuse(req: GatewayRequest, err: unknown): GatewayResponse;
+  /**
+   * Whether the caller may have to be charged by address: unless it bears a token verified
+   * before, which is charged to its principal. (One that expires in between is charged to the
+   * empty address: a bucket shared only by such stragglers.)
+   */
+  needsAddress(headers: Record<string, string>): boolean;
   routes: readonly RouteDef[];
   /** Stops the rate limiter's sweep. */
   close(): void;
@@ -112,7 +118,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
     return withQuota(problemResponse(problem, traceId, deps.log), limiter, quota);
   }
 
-  return { handle, refuse, routes: deps.routes, close: () => limiter.close() };
+  const needsAddress = (headers: Record<string, string>): boolean => deps.auth.cached(headers.authorization) === undefined;
+
+  return { handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
 }
 
 /**
