@@ -61,7 +61,14 @@ export async function startService(config: Config, log: Logger): Promise<Service
     config,
     log,
   });
-  const server = await listen(gateway.handle, { host: config.host, port: config.port, maxBodyBytes: config.maxBodyBytes, log });
+  const server = await listen(gateway.handle, {
+    host: config.host,
+    port: config.port,
+    maxBodyBytes: config.maxBodyBytes,
+    log,
+    refuse: gateway.refuse,
+    needsAddress: gateway.needsAddress,
+  });
   return {
     url: `http://${config.host}:${server.port}`,
     port: server.port,
@@ -69,6 +76,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
     gateway,
     async close() {
       server.close();
+      gateway.close();
       await bus.close();
       await host?.close();
     },

@@ -9,6 +9,12 @@ export interface Principal {
   sub: string;
   tenant: string;
   scopes: ReadonlySet<string>;
+  /**
+   * Tenant and sub joined by NUL (neither may hold a control character): one string naming the
+   * caller, built once per verified token so per-caller state (rate-limit buckets) costs no
+   * string building per request.
+   */
+  key: string;
 }
 
 const CACHE_LIMIT = 10_000;
@@ -63,10 +69,12 @@ export class Authenticator {
       throw unauthenticated('The token has an invalid tenant claim.', 'invalid_token');
     }
     if (scope !== undefined && typeof scope !== 'string') throw unauthenticated('The token has an invalid scope claim.', 'invalid_token');
+    const tenantOrSub = (tenant as string | undefined) ?? sub;
     const principal: Principal = {
       sub,
-      tenant: (tenant as string | undefined) ?? sub,
+      tenant: tenantOrSub,
       scopes: new Set((scope ?? '').split(' ').filter(Boolean)),
+      key: `${tenantOrSub}\u0000${sub}`,
     };
     if (this.cache.size >= CACHE_LIMIT) this.cache.delete(this.cache.keys().next().value!);
     // Without exp a token stays valid; re-verify hourly anyway so the cache never pins one forever.

@@ -10,6 +10,13 @@ export interface GatewayRequest {
   /** Lower-cased names; repeated headers joined with ', '. */
   headers: Record<string, string>;
   body: Buffer | undefined;
+  /**
+   * The peer's address as uWS writes it: dotted IPv4, or IPv6 in full (8 groups of 4 hex
+   * digits). Behind a proxy or balancer this is the proxy's address. Empty when the adapter
+   * skipped reading it: the request bears a token the gateway has verified before, so it is
+   * charged to that principal (Gateway.needsAddress).
+   */
+  remoteAddress: string;
 }
 
 export interface GatewayResponse {

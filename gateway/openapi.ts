@@ -42,6 +42,29 @@ const IDEMPOTENCY_KEY = {
   schema: { type: 'string', minLength: 1, maxLength: 255 },
 };
 
+// Every answer carries the rate-limit fields, and any operation can be refused with 429
+// (gateway/rate-limit.ts; draft-ietf-httpapi-ratelimit-headers-11 §3-4).
+const rateLimitHeaders = {
+  RateLimit: { $ref: '#/components/headers/RateLimit' },
+  'RateLimit-Policy': { $ref: '#/components/headers/RateLimit-Policy' },
+};
+const componentHeaders = {
+  RateLimit: {
+    description: 'What is left of the caller\'s quota: `"default";r=<requests left>;t=<seconds until the quota is full again, or until the next request is allowed when r is 0>` (draft-ietf-httpapi-ratelimit-headers-11 §4).',
+    schema: { type: 'string', examples: ['"default";r=1999;t=1'] },
+  },
+  'RateLimit-Policy': {
+    description: 'The caller\'s quota: `"default";q=<burst>;w=<seconds to refill it>` (draft-ietf-httpapi-ratelimit-headers-11 §3).',
+    schema: { type: 'string', examples: ['"default";q=2000;w=2'] },
+  },
+  'Retry-After': { description: 'Whole seconds until a request will be let through again.', schema: { type: 'integer', minimum: 1 } },
+};
+const tooManyRequests = {
+  description: 'Rate limited: the caller\'s quota is used up (problem+json, `/problems/rate-limited`).',
+  headers: { 'Retry-After': { $ref: '#/components/headers/Retry-After' }, ...rateLimitHeaders },
+  content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
+};
+
 export function openApiDocument(routes: readonly RouteDef[], prefix: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
@@ -49,7 +72,7 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
     const pathParams = [...r.path.matchAll(/\{(\w+)\}/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
     const queryParams = Object.entries(r.query ?? {}).map(([name, q]) => ({ name, in: 'query', required: false, description: q.description, schema: q.schema }));
     const headerParams = r.method === 'POST' ? [IDEMPOTENCY_KEY] : [];
-    const responses: Record<string, unknown> = {};
+    const responses: Record<string, Record<string, unknown>> = {};
     for (const [status, description] of Object.entries(r.responses)) {
       const s = Number(status);
       if (s >= 400) responses[status] = { description, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
@@ -60,6 +83,8 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
       responses['401'] = { description: 'Missing or invalid bearer token.', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
       responses['403'] = { description: `The token lacks the ${r.scope} scope.`, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
     }
+    for (const response of Object.values(responses)) response.headers = rateLimitHeaders;
+    responses['429'] = tooManyRequests;
     const op: Record<string, unknown> = {
       operationId: r.operationId,
       summary: r.summary,
@@ -85,6 +110,7 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
       schemas: { Problem: problemSchema },
+      headers: componentHeaders,
     },
   };
 }

@@ -1,6 +1,6 @@
 // The request lifecycle as one ordered list, read top to bottom (STYLE 3):
 //
-//   trace id → authenticate → route → authorize → negotiate → parse and validate
+//   trace id → authenticate → rate limit → route → authorize → negotiate → parse and validate
 //     → handler (command → bus) → render → conditional → compress
 //
 // `handle` is a pure function from GatewayRequest to GatewayResponse; the uWS adapter
@@ -11,12 +11,13 @@ import secureJson from 'secure-json-parse';
 import type { Config } from '../common/config.js';
 import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
-import type { Authenticator } from './auth.js';
+import type { Authenticator, Principal } from './auth.js';
 import type { BusClient, Replay } from './bus-client.js';
 import type { GatewayRequest, GatewayResponse } from './http-types.js';
 import { idemTag, parseIdempotencyKey } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
+import { callerKey, RateLimiter } from './rate-limit.js';
 import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, parseIfMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
@@ -42,7 +43,17 @@ export interface GatewayDeps {
 
 export interface Gateway {
   handle(req: GatewayRequest): Promise<GatewayResponse>;
+  /** Answers a request the uWS edge refused before the pipeline ran (413), charged like any other. */
+  refuse(req: GatewayRequest, err: unknown): GatewayResponse;
+  /**
+   * Whether the caller may have to be charged by address: unless it bears a token verified
+   * before, which is charged to its principal. (One that expires in between is charged to the
+   * empty address: a bucket shared only by such stragglers.)
+   */
+  needsAddress(headers: Record<string, string>): boolean;
   routes: readonly RouteDef[];
+  /** Stops the rate limiter's sweep. */
+  close(): void;
 }
 
 export function createGateway(deps: GatewayDeps): Gateway {
@@ -51,14 +62,27 @@ export function createGateway(deps: GatewayDeps): Gateway {
     router.add(r.method, r.path, r);
     if (r.body) compileSchema(r.body.schema);
   }
+  const limiter = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
 
   async function handle(req: GatewayRequest): Promise<GatewayResponse> {
     const traceId = traceIdOf(req.headers.traceparent);
     let replay: Replay | undefined;
+    let quota: string | undefined;
     let res: GatewayResponse;
     try {
       const auth = req.headers.authorization;
-      const principal = deps.auth.cached(auth) ?? (await deps.auth.authenticate(auth));
+      let principal: Principal | undefined;
+      let authFailure: unknown;
+      try {
+        principal = deps.auth.cached(auth) ?? (await deps.auth.authenticate(auth));
+      } catch (err) {
+        authFailure = err;
+      }
+      // Right after authentication, before any other work: a caller without a valid token
+      // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
+      // is limited too, and a refused request costs no routing, parsing or bus call.
+      quota = limiter.charge(callerKey(principal, req.remoteAddress));
+      if (authFailure !== undefined) throw authFailure;
       const match = router.match(req.method, req.path);
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
@@ -98,10 +122,38 @@ export function createGateway(deps: GatewayDeps): Gateway {
       res = problemResponse(err, traceId, deps.log);
     }
     if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
-    return res;
+    return withQuota(res, limiter, quota);
   }
 
-  return { handle, routes: deps.routes };
+  function refuse(req: GatewayRequest, err: unknown): GatewayResponse {
+    const traceId = traceIdOf(req.headers.traceparent);
+    // Only a token verified before counts here: verifying one is asynchronous, and this answer
+    // must not wait. An unknown token is charged to the address, like a bad one.
+    let quota: string | undefined;
+    let problem = err;
+    try {
+      quota = limiter.charge(callerKey(deps.auth.cached(req.headers.authorization), req.remoteAddress));
+    } catch (limited) {
+      problem = limited;
+    }
+    return withQuota(problemResponse(problem, traceId, deps.log), limiter, quota);
+  }
+
+  const needsAddress = (headers: Record<string, string>): boolean => deps.auth.cached(headers.authorization) === undefined;
+
+  return { handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
+}
+
+/**
+ * Every answer carries the rate-limit fields (draft-ietf-httpapi-ratelimit-headers-11 §6: they
+ * may appear whatever the status). A 429 brought its own from the limiter, so `quota` is unset.
+ */
+function withQuota(res: GatewayResponse, limiter: RateLimiter, quota: string | undefined): GatewayResponse {
+  if (quota !== undefined) {
+    res.headers['ratelimit-policy'] = limiter.policy;
+    res.headers.ratelimit = quota;
+  }
+  return res;
 }
 
 /**

@@ -74,6 +74,7 @@ const SLUG_BY_STATUS: Record<number, ProblemSlug> = {
   413: 'payload-too-large',
   415: 'unsupported-media-type',
   422: 'validation-failed',
+  429: 'rate-limited',
 };
 
 /** OpenAPI response descriptions for the error statuses a route can answer. */

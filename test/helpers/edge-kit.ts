@@ -65,6 +65,8 @@ export interface Call {
   query?: string;
   headers?: Record<string, string>;
   body?: Buffer | string | object;
+  /** The caller's address; 127.0.0.1 unless a test needs callers apart. */
+  remoteAddress?: string;
 }
 
 export function toRequest(c: Call): GatewayRequest {
@@ -72,7 +74,7 @@ export function toRequest(c: Call): GatewayRequest {
   if (c.body === undefined) body = undefined;
   else if (Buffer.isBuffer(c.body)) body = c.body;
   else body = Buffer.from(typeof c.body === 'string' ? c.body : JSON.stringify(c.body));
-  return { method: c.method, path: c.path, query: c.query ?? '', headers: c.headers ?? {}, body };
+  return { method: c.method, path: c.path, query: c.query ?? '', headers: c.headers ?? {}, body, remoteAddress: c.remoteAddress ?? '127.0.0.1' };
 }
 
 export function decode(raw: Buffer, coding: string | undefined): Buffer {

@@ -59,7 +59,7 @@ async function cleanup(steps: (() => Promise<unknown>)[]): Promise<void> {
   if (failed) throw failed.reason;
 }
 
-/** `env` overrides settings (e.g. BUS_TIMEOUT_MS, MAILBOX_LIMIT) for tests of limits. */
+/** `env` adds to or overrides the variables the service is configured from (e.g. RATE_LIMIT_BURST, MAILBOX_LIMIT). */
 export async function startEmbedded(env: Record<string, string> = {}): Promise<RunningService> {
   const dataDir = await tempDir('embedded');
   const secret = newSecret();
