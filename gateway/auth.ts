@@ -21,7 +21,18 @@ const CACHE_LIMIT = 10_000;
 // Tenants and principals become index keys: no control characters in them.
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL = /[\u0000-\u001f\u007f]/;
+// With the u flag a pair is one code point, so only a surrogate standing alone matches.
+const LONE_SURROGATE = /\p{Cs}/u;
 const CHALLENGE = 'Bearer realm="api"';
+
+/**
+ * A tenant or principal name: 1-255 characters, no control character, and well-formed UTF-16.
+ * A lone surrogate cannot survive the UTF-8 of index keys, so such a tenant could write records
+ * it could never read back.
+ */
+function isName(v: unknown): v is string {
+  return typeof v === 'string' && v !== '' && v.length <= 255 && !CONTROL.test(v) && !LONE_SURROGATE.test(v);
+}
 
 function unauthenticated(detail: string, code?: string): ApiError {
   const challenge = code ? `${CHALLENGE}, error="${code}", error_description="${detail}"` : CHALLENGE;
@@ -62,10 +73,10 @@ export class Authenticator {
       throw unauthenticated('The token is malformed or its signature is invalid.', 'invalid_token');
     }
     const { sub, tenant, scope, exp } = payload;
-    if (typeof sub !== 'string' || sub === '' || sub.length > 255 || CONTROL.test(sub)) {
+    if (!isName(sub)) {
       throw unauthenticated('The token has no valid sub claim.', 'invalid_token');
     }
-    if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '' || tenant.length > 255 || CONTROL.test(tenant))) {
+    if (tenant !== undefined && !isName(tenant)) {
       throw unauthenticated('The token has an invalid tenant claim.', 'invalid_token');
     }
     if (scope !== undefined && typeof scope !== 'string') throw unauthenticated('The token has an invalid scope claim.', 'invalid_token');

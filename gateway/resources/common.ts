@@ -32,6 +32,15 @@ export function iso(ms: number): string {
 /** Members the server owns; writing one is 422 "is read-only" (CONTRACT §6). */
 export const READ_ONLY = ['id', 'status', 'total', 'createdAt', 'updatedAt', '_links'];
 
+/**
+ * Stored text is Unicode text: no lone surrogates. JSON can spell one (`"\ud800"`), but it is no
+ * character (RFC 8259 §8.2; I-JSON, RFC 7493 §2.1, forbids it) and has no UTF-8 form, so the
+ * store would hand back U+FFFD instead: the write's answer and every later read would differ
+ * under one ETag. ajv compiles patterns with the `u` flag, where this class matches unpaired
+ * surrogates only, never the two halves of a pair (an emoji is fine).
+ */
+export const UNICODE_TEXT = '^[^\\uD800-\\uDFFF]*$';
+
 export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$', description: 'ISO 4217 code.' };
 
 // Member names that would reach Object.prototype if merged naively are refused outright.
@@ -41,7 +50,7 @@ export const metadataSchema: JsonSchema = {
   type: 'object',
   maxProperties: 50,
   propertyNames: metadataKey,
-  additionalProperties: { type: 'string', maxLength: 500 },
+  additionalProperties: { type: 'string', maxLength: 500, pattern: UNICODE_TEXT },
   description: 'Up to 50 string values under keys of letters, digits, _ . -',
 };
 
@@ -50,7 +59,7 @@ export const metadataPatchSchema: JsonSchema = {
   type: ['object', 'null'],
   maxProperties: 50,
   propertyNames: metadataKey,
-  additionalProperties: { type: ['string', 'null'], maxLength: 500 },
+  additionalProperties: { type: ['string', 'null'], maxLength: 500, pattern: UNICODE_TEXT },
 };
 
 export const linksSchema: JsonSchema = {

@@ -25,7 +25,7 @@ import {
   variantOf,
 } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
-import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, collectionSchema, linksSchema, problemResponses } from './common.js';
+import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, UNICODE_TEXT, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering } from '../representation.js';
 
@@ -37,7 +37,7 @@ const STATUSES: OrderStatus[] = ['pending', 'paid', 'cancelled', 'refunded'];
 
 // ---- schemas: they validate requests and document the API (gateway/openapi.ts) ----
 
-const nullableString = (max: number): JsonSchema => ({ type: ['string', 'null'], minLength: 1, maxLength: max });
+const nullableString = (max: number): JsonSchema => ({ type: ['string', 'null'], minLength: 1, maxLength: max, pattern: UNICODE_TEXT });
 
 const itemInputSchema: JsonSchema = {
   type: 'object',
@@ -53,7 +53,7 @@ const itemInputSchema: JsonSchema = {
 const orderWritable = {
   currency: currencySchema,
   customerId: nullableString(255),
-  note: { type: ['string', 'null'], maxLength: 2000 },
+  note: { type: ['string', 'null'], maxLength: 2000, pattern: UNICODE_TEXT },
   metadata: metadataSchema,
 };
 

@@ -29,7 +29,8 @@ const PRODUCT_FIELDS = ['id', 'name', 'price', 'currency', 'createdAt', 'updated
 
 const writable = {
   // No control characters: names are index keys, and ordered-binary gives U+0000-U+0003 meaning.
-  name: { type: 'string', minLength: 1, maxLength: 200, pattern: '^[^\\u0000-\\u001f\\u007f]+$' },
+  // No lone surrogates either: they have no UTF-8 form (see UNICODE_TEXT).
+  name: { type: 'string', minLength: 1, maxLength: 200, pattern: '^[^\\u0000-\\u001f\\u007f\\uD800-\\uDFFF]+$' },
   price: { type: 'integer', minimum: 0, maximum: 1_000_000_000, description: 'Minor units of currency.' },
   currency: currencySchema,
 };

@@ -363,6 +363,27 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     t.is((await listAll(t, c, '')).length, 1);
   });
 
+  test('text members refuse a lone surrogate (422): it could not be stored and read back unchanged', async (t) => {
+    const c = await tenant(t, 'surr');
+    // JSON.stringify writes a lone surrogate as the escape \ud800, as a client would send it.
+    const lone = 'a\ud800b';
+    assertProblem(t, await c.post('/v1/orders', { currency: 'EUR', note: lone }), 422, 'validation-failed', { pointer: '/note' });
+    assertProblem(t, await c.post('/v1/orders', { currency: 'EUR', customerId: '\udc00' }), 422, 'validation-failed', { pointer: '/customerId' });
+    assertProblem(t, await c.post('/v1/orders', { currency: 'EUR', metadata: { k: lone } }), 422, 'validation-failed', { pointer: '/metadata/k' });
+    assertProblem(t, await c.post('/v1/products', { name: lone, price: 1, currency: 'EUR' }), 422, 'validation-failed', { pointer: '/name' });
+    t.deepEqual(await listAll(t, c, ''), [], 'no order was created');
+
+    // A pair is one character, and round-trips.
+    const o = await createOrder(t, c, { note: 'tea \u{1F375}', customerId: '\u{1F600}', metadata: { k: '\u{10FFFF}' } });
+    assertProblem(t, await c.patch(o.href, { note: lone }), 422, 'validation-failed', { pointer: '/note' });
+    assertProblem(t, await c.patch(o.href, { metadata: { k: '\udfff' } }), 422, 'validation-failed', { pointer: '/metadata/k' });
+    assertProblem(t, await c.put(o.href, { currency: 'EUR', note: lone }), 422, 'validation-failed', { pointer: '/note' });
+    const read = await c.get(o.href);
+    t.is(read.headers.etag, o.etag, 'the refused writes changed nothing');
+    t.deepEqual(read.json, o.body);
+    t.like(read.json, { note: 'tea \u{1F375}', customerId: '\u{1F600}', metadata: { k: '\u{10FFFF}' } });
+  });
+
   test('orders: PUT replaces every writable member and clears omitted ones; items are read-only', async (t) => {
     const c = await tenant(t, 'ordput');
     const p = await createProduct(t, c, { price: 700 });
