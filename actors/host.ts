@@ -257,10 +257,8 @@ export class ActorHost implements ActorEndpoint {
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     let held = keys;
     if (cmd.idem) {
+      // A kept answer is found in the turn (the gateway usually asked already, with idem.peek).
       const id = idemId(cmd.tenant, cmd.idem.key);
-      // A stored result is final (it was committed with its effect), so it answers without a turn.
-      const prior = this.priorResult(this.idem.get(id), cmd.idem);
-      if (prior) return Promise.resolve(prior);
       if (this.boxes.has(idemBox(id))) return Promise.resolve(IN_FLIGHT);
       held = [idemBox(id), ...keys];
     }

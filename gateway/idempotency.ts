@@ -5,6 +5,7 @@
 
 import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
+import { PARTITIONS } from '../common/ids.js';
 import type { IdemTag } from '../proto/messages.js';
 import type { GatewayRequest } from './http-types.js';
 
@@ -27,9 +28,9 @@ export function parseIdempotencyKey(header: string | undefined): string | undefi
   return key;
 }
 
-/** Method, path, query and body bytes: a retry must repeat all of them to be a replay. */
+/** Method, path, query, Content-Type and body bytes: a retry must repeat all of them to be a replay. */
 export function idemTag(req: GatewayRequest, key: string): IdemTag {
-  const head = Buffer.from(`${req.method} ${req.path}?${req.query}\n`);
+  const head = Buffer.from(`${req.method} ${req.path}?${req.query}\n${req.headers['content-type'] ?? ''}\n`);
   // One-shot hash: about half the cost of a createHash object for the small bodies most POSTs carry.
   return { key, fingerprint: hash('sha256', req.body ? Buffer.concat([head, req.body]) : head, 'base64url') };
 }
@@ -39,5 +40,9 @@ export function idemTag(req: GatewayRequest, key: string): IdemTag {
  * of it, through any gateway, reaches the same owner and meets the first one's result there.
  */
 export function homePartition(tenant: string, key: string): number {
-  return hash('sha256', `${tenant}\u0000${key}`, 'buffer')[0]!;
+  // FNV-1a: only spreads keys over partitions, so it need not be a cryptographic hash.
+  let h = 0x811c9dc5;
+  const s = `${tenant}\u0000${key}`;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return (h >>> 0) % PARTITIONS;
 }

@@ -26,6 +26,7 @@ import { compileSchema, validateBody } from './validate.js';
 const VARY_ANON = 'Accept, Accept-Encoding';
 const VARY_AUTH = 'Accept, Accept-Encoding, Authorization';
 const utf8 = new TextDecoder('utf-8', { fatal: true });
+const EMPTY_QUERY = new URLSearchParams();
 
 /** Deepest nesting of arrays and objects a body may have; the deepest schema needs three. */
 export const MAX_JSON_DEPTH = 32;
@@ -99,8 +100,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
       const ctx: Ctx = {
         req,
         params: match.params,
-        query: parseQuery(req.query, route),
-        body: parseBody(req, route, deps.config),
+        query: EMPTY_QUERY,
+        body: undefined,
         principal,
         traceId,
         media,
@@ -111,10 +112,16 @@ export function createGateway(deps: GatewayDeps): Gateway {
         idempotencyKey,
       };
       let outcome: Outcome | undefined;
+      // A kept answer is looked for before the query and body are parsed: it was only kept for a
+      // request that passed them, and the fingerprint holds their bytes.
       if (replay && route.replay) {
         const tenant = principalOf(ctx).tenant;
         const stored = await bus.call({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: bus.idempotency! });
         if (replay.replayed) outcome = route.replay.outcome(ctx, stored);
+      }
+      if (!outcome) {
+        ctx.query = parseQuery(req.query, route);
+        ctx.body = parseBody(req, route, deps.config);
       }
       outcome ??= await route.handle(ctx);
       res = await render(outcome, ctx, traceId);
