@@ -122,7 +122,12 @@ export function encodeCursor(filterKey: string, sortKey: string, v: number | str
   return Buffer.from(JSON.stringify({ f: filterKey, s: sortKey, v, i: id } satisfies CursorBody)).toString('base64url');
 }
 
-export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey: string): ListQuery['after'] {
+/**
+ * The keyset position in `cursor`, checked against the filter and sort it must belong to and
+ * the type of the sort's values: cursors are not signed, and a forged one must be a 400, not a
+ * page from somewhere else in the index.
+ */
+export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey: string, valueType: 'number' | 'string'): ListQuery['after'] {
   const raw = query.get('cursor');
   if (raw === null) return undefined;
   let c: unknown;
@@ -137,6 +142,9 @@ export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey:
     throw invalidParameter('cursor', 'is not a cursor this service issued');
   }
   if (body.f !== filterKey || body.s !== sortKey) throw invalidParameter('cursor', 'was issued for other filters or another sort');
+  if (typeof body.v !== valueType || (typeof body.v === 'number' && !Number.isSafeInteger(body.v))) {
+    throw invalidParameter('cursor', 'is not a cursor this service issued');
+  }
   return { v: body.v, id: body.i };
 }
 

@@ -42,7 +42,9 @@ export function fingerprintTag(fingerprint: string, media: MediaType, coding: Co
 // Bounded by bytes, not entries (ARCHITECTURE property 7): a client cycling through fields and
 // expand variants can only churn it. Large renderings are not kept at all.
 const renderings = new Map<string, string>();
-const RENDERINGS_BUDGET_CHARS = 32 * 1024 * 1024;
+// 8M characters hold the renderings of several thousand hot orders. At 32M the cache was still
+// filling, and the process still growing, a minute into the soak (bench/soak.ts).
+const RENDERINGS_BUDGET_CHARS = 8 * 1024 * 1024;
 const RENDERING_MAX_CHARS = 16 * 1024;
 let renderingsChars = 0;
 

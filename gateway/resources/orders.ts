@@ -305,7 +305,7 @@ export const orderRoutes: RouteDef[] = [
       const expand = parseExpand(ctx.query, ORDER_EXPANDS);
       const filterKey = `status=${status ?? ''}`;
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
-      const after = decodeCursor(ctx.query, filterKey, sortKey);
+      const after = decodeCursor(ctx.query, filterKey, sortKey, 'number');
       const pages = await ctx.bus.gather({ kind: 'order.list', query: { tenant, filter: status, sort, dir, after, limit, withChildren: expand.has('items') } });
       const { rows, hasMore } = mergePages(pages, dir, limit);
       const orders = rows.map((r) => r.record);
@@ -429,7 +429,7 @@ export const orderRoutes: RouteDef[] = [
       const id = orderIdOf(ctx);
       const fields = parseFields(ctx.query, ITEM_FIELDS);
       const limit = parseLimit(ctx.query);
-      const after = decodeCursor(ctx.query, id, 'added');
+      const after = decodeCursor(ctx.query, id, 'added', 'number');
       const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, id) });
       const start = after ? order.items.findIndex((i) => i.id === after.id) + 1 : 0;
       if (after && start === 0) throw invalidParameter('cursor', 'names an item that is gone');

@@ -104,7 +104,7 @@ export const productRoutes: RouteDef[] = [
       const limit = parseLimit(ctx.query);
       const fields = parseFields(ctx.query, PRODUCT_FIELDS);
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
-      const after = decodeCursor(ctx.query, '', sortKey);
+      const after = decodeCursor(ctx.query, '', sortKey, sort === 'name' ? 'string' : 'number');
       const pages = await ctx.bus.gather({ kind: 'product.list', query: { tenant, filter: undefined, sort, dir, after, limit, withChildren: false } });
       const { rows, hasMore } = mergePages(pages, dir, limit);
       const last = rows[rows.length - 1];

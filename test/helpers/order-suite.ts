@@ -727,6 +727,12 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     assertProblem(t, await c.get(`/v1/orders?status=paid&limit=1&cursor=${cursor}`), 400, 'invalid-parameter', { parameter: 'cursor' });
     assertProblem(t, await c.get(`/v1/orders?limit=1&cursor=${cursor}`), 400, 'invalid-parameter', { parameter: 'cursor' });
     assertProblem(t, await c.get(`/v1/orders?status=pending&sort=total&limit=1&cursor=${cursor}`), 400, 'invalid-parameter', { parameter: 'cursor' });
+    // Cursors are not signed: a forged one whose value has the wrong type for the sort is refused.
+    const forged = JSON.parse(Buffer.from(cursor!, 'base64url').toString()) as Record<string, unknown>;
+    for (const v of ['a string', 1.5, 1e300]) {
+      const bad = Buffer.from(JSON.stringify({ ...forged, v })).toString('base64url');
+      assertProblem(t, await c.get(`/v1/orders?status=pending&limit=1&cursor=${bad}`), 400, 'invalid-parameter', { parameter: 'cursor' });
+    }
   });
 
   test('lists: an unknown or repeated query parameter is 400', async (t) => {
