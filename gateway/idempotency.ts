@@ -6,7 +6,7 @@
 import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
 import { PARTITIONS } from '../common/ids.js';
-import type { IdemTag } from '../proto/messages.js';
+import type { IdemTag, Result } from '../proto/messages.js';
 import type { GatewayRequest } from './http-types.js';
 
 export const MAX_KEY_LENGTH = 255;
@@ -30,7 +30,7 @@ export function parseIdempotencyKey(header: string | undefined): string | undefi
 
 /** Method, path, query, Content-Type and body bytes: a retry must repeat all of them to be a replay. */
 export function idemTag(req: GatewayRequest, key: string): IdemTag {
-  const head = Buffer.from(`${req.method} ${req.path}?${req.query}\n${req.headers['content-type'] ?? ''}\n`);
+  const head = Buffer.from(requestHead(req));
   // One-shot hash: about half the cost of a createHash object for the small bodies most POSTs carry.
   return { key, fingerprint: hash('sha256', req.body ? Buffer.concat([head, req.body]) : head, 'base64url') };
 }
@@ -45,4 +45,68 @@ export function homePartition(tenant: string, key: string): number {
   const s = `${tenant}\u0000${key}`;
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
   return (h >>> 0) % PARTITIONS;
+}
+
+/** What a request must repeat, byte for byte, to be a retry (the fingerprint hashes the same). */
+function requestHead(req: GatewayRequest): string {
+  return `${req.method} ${req.path}?${req.query}\n${req.headers['content-type'] ?? ''}\n`;
+}
+
+interface Kept {
+  head: string;
+  body: Buffer | undefined;
+  result: Result<unknown>;
+  until: number;
+  size: number;
+}
+
+/**
+ * Answers kept under Idempotency-Keys, as the owner returned them to a retry, so the next retry
+ * of the same request through this gateway needs neither a bus call nor a hash: the request's
+ * bytes are compared instead. A kept answer never changes, so an entry cannot go stale; it only
+ * outlives its key by at most `entryMs` (keys are kept "at least" IDEMPOTENCY_TTL_HOURS). Safe
+ * to lose (ARCHITECTURE property 4); bounded in bytes, oldest first out (property 7).
+ */
+export class ReplayCache {
+  private readonly entries = new Map<string, Kept>();
+  private bytes = 0;
+
+  constructor(
+    private readonly budgetBytes = 16 * 1024 * 1024,
+    private readonly entryMs = 60_000,
+  ) {}
+
+  /** The kept answer to exactly this request under (tenant, key), if this gateway has it. */
+  get(tenant: string, key: string, req: GatewayRequest, now = Date.now()): Result<unknown> | undefined {
+    const id = `${tenant}\u0000${key}`;
+    const e = this.entries.get(id);
+    if (!e) return undefined;
+    if (e.until <= now) {
+      this.drop(id, e);
+      return undefined;
+    }
+    // Another request under the key goes to the owner, which answers 422.
+    if (e.head !== requestHead(req) || !(e.body && req.body ? e.body.equals(req.body) : e.body === req.body)) return undefined;
+    return e.result;
+  }
+
+  set(tenant: string, key: string, req: GatewayRequest, result: Result<unknown>, now = Date.now()): void {
+    const id = `${tenant}\u0000${key}`;
+    const head = requestHead(req);
+    const size = JSON.stringify(result).length * 2 + head.length * 2 + (req.body?.length ?? 0);
+    if (size > this.budgetBytes / 64) return; // one huge answer may not push out many small ones
+    const old = this.entries.get(id);
+    if (old) this.drop(id, old);
+    while (this.bytes + size > this.budgetBytes && this.entries.size > 0) {
+      const [oldestId, oldest] = this.entries.entries().next().value!;
+      this.drop(oldestId, oldest);
+    }
+    this.entries.set(id, { head, body: req.body ? Buffer.from(req.body) : undefined, result, until: now + this.entryMs, size });
+    this.bytes += size;
+  }
+
+  private drop(id: string, e: Kept): void {
+    this.entries.delete(id);
+    this.bytes -= e.size;
+  }
 }

@@ -9,12 +9,12 @@
 import { randomBytes } from 'node:crypto';
 import secureJson from 'secure-json-parse';
 import type { Config } from '../common/config.js';
-import { ApiError } from '../common/errors.js';
+import { ApiError, fromWire } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { Authenticator, Principal } from './auth.js';
 import type { BusClient, Replay } from './bus-client.js';
 import type { GatewayRequest, GatewayResponse } from './http-types.js';
-import { idemTag, parseIdempotencyKey } from './idempotency.js';
+import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
@@ -63,6 +63,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     router.add(r.method, r.path, r);
     if (r.body) compileSchema(r.body.schema);
   }
+  const replays = new ReplayCache();
   const limiter = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
 
   async function handle(req: GatewayRequest): Promise<GatewayResponse> {
@@ -95,8 +96,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
       const coding = negotiateCoding(req.headers['accept-encoding']);
       // CONTRACT §7: the key is honoured on POST, the one method that is not idempotent already.
       const idempotencyKey = req.method === 'POST' ? parseIdempotencyKey(req.headers['idempotency-key']) : undefined;
-      let bus = deps.bus;
-      if (idempotencyKey !== undefined) bus = bus.withIdempotency(idemTag(req, idempotencyKey), (replay = { replayed: false }));
       const ctx: Ctx = {
         req,
         params: match.params,
@@ -107,17 +106,31 @@ export function createGateway(deps: GatewayDeps): Gateway {
         media,
         coding,
         ifMatch: parseIfMatch(req.headers['if-match']),
-        bus,
+        bus: deps.bus,
         config: deps.config,
         idempotencyKey,
       };
       let outcome: Outcome | undefined;
-      // A kept answer is looked for before the query and body are parsed: it was only kept for a
-      // request that passed them, and the fingerprint holds their bytes.
-      if (replay && route.replay) {
-        const tenant = principalOf(ctx).tenant;
-        const stored = await bus.call({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: bus.idempotency! });
-        if (replay.replayed) outcome = route.replay.outcome(ctx, stored);
+      if (idempotencyKey !== undefined) {
+        replay = { replayed: false };
+        // A kept answer is looked for before the query and body are parsed: it was only kept for
+        // a request that passed them, and a retry repeats their bytes.
+        let kept = route.replay ? replays.get(principalOf(ctx).tenant, idempotencyKey, req) : undefined;
+        if (!kept) {
+          const tag = idemTag(req, idempotencyKey);
+          ctx.bus = deps.bus.withIdempotency(tag, replay);
+          if (route.replay) {
+            const tenant = principalOf(ctx).tenant;
+            const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
+            if (peeked.replayed) replays.set(tenant, idempotencyKey, req, (kept = peeked));
+            else if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
+          }
+        }
+        if (kept) {
+          replay.replayed = true;
+          if (!kept.ok) throw fromWire(kept.error);
+          outcome = route.replay!.outcome(ctx, kept.value);
+        }
       }
       if (!outcome) {
         ctx.query = parseQuery(req.query, route);

@@ -1,0 +1,46 @@
+// The gateway's cache of kept Idempotency-Key answers: it may only ever answer the very same
+// request (tenant, key, method, path, query, Content-Type and body bytes), for a bounded time,
+// within a bounded budget.
+
+import test from 'ava';
+import { ReplayCache } from '../gateway/idempotency.js';
+import type { GatewayRequest } from '../gateway/http-types.js';
+import type { Result } from '../proto/messages.js';
+
+const req = (body: string, extra: Partial<GatewayRequest> = {}): GatewayRequest => ({
+  method: 'POST',
+  path: '/v1/orders',
+  query: '',
+  headers: { 'content-type': 'application/json' },
+  body: Buffer.from(body),
+  remoteAddress: '',
+  ...extra,
+});
+const kept: Result<unknown> = { ok: true, value: { id: 'ord_1' }, replayed: true };
+
+test('answers only the same request of the same tenant under the same key', (t) => {
+  const cache = new ReplayCache();
+  cache.set('t1', 'k', req('{"a":1}'), kept, 0);
+  t.is(cache.get('t1', 'k', req('{"a":1}'), 1), kept);
+  t.is(cache.get('t2', 'k', req('{"a":1}'), 1), undefined, 'another tenant');
+  t.is(cache.get('t1', 'k2', req('{"a":1}'), 1), undefined, 'another key');
+  t.is(cache.get('t1', 'k', req('{"a":2}'), 1), undefined, 'another body');
+  t.is(cache.get('t1', 'k', req('{"a":1}', { path: '/v1/products' }), 1), undefined, 'another path');
+  t.is(cache.get('t1', 'k', req('{"a":1}', { query: 'x=1' }), 1), undefined, 'another query');
+  t.is(cache.get('t1', 'k', req('{"a":1}', { headers: { 'content-type': 'text/plain' } }), 1), undefined, 'another Content-Type');
+  t.is(cache.get('t1', 'k', req('{"a":1}', { body: undefined }), 1), undefined, 'no body');
+});
+
+test('an entry lives entryMs, and the byte budget pushes out the oldest', (t) => {
+  const cache = new ReplayCache(64 * 1024, 1000);
+  cache.set('t', 'old', req('{}'), kept, 0);
+  t.truthy(cache.get('t', 'old', req('{}'), 999));
+  t.is(cache.get('t', 'old', req('{}'), 1000), undefined, 'expired');
+  const big: Result<unknown> = { ok: true, value: { note: 'x'.repeat(300) }, replayed: true };
+  for (let i = 0; i < 200; i++) cache.set('t', `k${i}`, req('{}'), big, 0);
+  t.is(cache.get('t', 'k0', req('{}'), 1), undefined, 'the oldest went first');
+  t.truthy(cache.get('t', 'k199', req('{}'), 1), 'the newest stays');
+  const huge: Result<unknown> = { ok: true, value: { note: 'x'.repeat(64 * 1024) }, replayed: true };
+  cache.set('t', 'huge', req('{}'), huge, 0);
+  t.is(cache.get('t', 'huge', req('{}'), 1), undefined, 'an answer too big for its share is not kept');
+});
