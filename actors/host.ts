@@ -64,10 +64,8 @@ interface IdemRecord {
   expiresAt: number;
 }
 
-// Stored under (expiry bucket, tenant, key): a bucket is one TTL wide, and a key written at `now`
-// expires in the bucket after now's, so a lookup tries two ids, and the sweep drops whole
-// buckets in key order. No secondary index: a keyed write costs one entry more than a plain one.
-const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', indexKeys: () => [] };
+// Keyed by tenant + key (the key's scope); indexed by expiry so the sweep reads only what is due.
+const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', indexKeys: (r) => [[r.expiresAt, r.id]] };
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 const SWEEP_BATCH = 1000;
@@ -83,8 +81,6 @@ const IN_FLIGHT: Result<never> = {
 const idemId = (tenant: string, key: string): string => `${tenant}\u0000${key}`;
 // Mailbox names for keys live beside record ids ('ord_…'); the prefix keeps them apart.
 const idemBox = (id: string): string => `idem\u0000${id}`;
-// Fixed width, so the buckets sort by number as strings.
-const bucketName = (bucket: number): string => bucket.toString(36).padStart(10, '0');
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
@@ -151,29 +147,44 @@ export class ActorHost implements ActorEndpoint {
   }
 
   /**
-   * Forgets Idempotency-Keys in buckets wholly past (every key in them expired), a chunk per
-   * transaction until none is left. Writes only ever go to the current or next bucket, so this
-   * never races a turn. A key stays on disk at most one TTL after it expired.
+   * Forgets Idempotency-Keys past their expiry, each in its key's turn, a bounded chunk at a time
+   * (one transaction each) until none is due, so the sweep keeps up with any write rate.
    */
   async sweepIdempotency(): Promise<number> {
     if (this.sweeping) return 0;
     this.sweeping = true;
     let removed = 0;
     try {
-      const end = bucketName(this.bucketOf(this.now()));
-      while (!this.closing) {
-        const ids = this.store.idsBelow(this.idem as Table<unknown>, end, SWEEP_BATCH);
-        if (ids.length === 0) break;
-        await this.store.commit(ids.map((id) => ({ table: this.idem as Table<unknown>, id, before: undefined, after: undefined })));
-        removed += ids.length;
+      for (;;) {
+        const now = this.now();
+        const due = this.store.scan(this.idem as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: SWEEP_BATCH });
+        const work: Promise<Result<unknown>>[] = [];
+        for (const { v, id } of due) {
+          if (typeof v !== 'number' || v > now) break;
+          work.push(
+            this.enqueue(idemBox(id), async () => {
+              const rec = this.idem.get(id);
+              if (!rec || rec.expiresAt > now) return { ok: true, value: false };
+              try {
+                await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
+                return { ok: true, value: true };
+              } catch (err) {
+                // The next sweep tries again; an expired key is ignored on read meanwhile.
+                this.opts.log.warn({ err }, 'idempotency sweep could not remove a key');
+                return { ok: true, value: false };
+              }
+            }),
+          );
+        }
+        const results = await Promise.all(work);
+        const gone = results.filter((r) => r.ok && r.value === true).length;
+        removed += gone;
+        // A short chunk was the last; a chunk that removed nothing (every key busy) waits for the next tick.
+        if (work.length < SWEEP_BATCH || gone === 0 || this.closing) return removed;
       }
-    } catch (err) {
-      // The next sweep tries again; an expired key is ignored on read meanwhile.
-      this.opts.log.warn({ err }, 'idempotency sweep failed');
     } finally {
       this.sweeping = false;
     }
-    return removed;
   }
 
   async close(): Promise<void> {
@@ -272,8 +283,10 @@ export class ActorHost implements ActorEndpoint {
     const started = performance.now();
     try {
       const now = this.now();
+      const id = cmd.idem ? idemId(cmd.tenant, cmd.idem.key) : '';
+      const before = cmd.idem ? this.idem.get(id) : undefined;
       if (cmd.idem) {
-        const prior = this.priorResult(this.kept(cmd.tenant, cmd.idem.key, now), cmd.idem);
+        const prior = this.priorResult(before, cmd.idem);
         if (prior) return prior;
       }
       let result: Result<unknown>;
@@ -288,10 +301,8 @@ export class ActorHost implements ActorEndpoint {
         result = { ok: false, error: toWire(err) };
       }
       if (cmd.idem) {
-        const expiresAt = now + this.ttlMs;
-        const id = this.storedId(this.bucketOf(expiresAt), cmd.tenant, cmd.idem.key);
-        const after: IdemRecord = { id, fingerprint: cmd.idem.fingerprint, result, expiresAt };
-        writes.push({ table: this.idem as Table<unknown>, id, before: this.idem.get(id), after });
+        const after: IdemRecord = { id, fingerprint: cmd.idem.fingerprint, result, expiresAt: now + this.ttlMs };
+        writes.push({ table: this.idem as Table<unknown>, id, before, after });
       }
       if (writes.length) await this.store.commit(writes);
       return result;
@@ -304,27 +315,10 @@ export class ActorHost implements ActorEndpoint {
 
   /** What a retry finds before doing anything: the kept answer, the key busy, or nothing (null). */
   private peek(tenant: string, tag: IdemTag): Result<unknown> {
-    const prior = this.priorResult(this.kept(tenant, tag.key, this.now()), tag);
+    const id = idemId(tenant, tag.key);
+    const prior = this.priorResult(this.idem.get(id), tag);
     if (prior) return prior;
-    return this.boxes.has(idemBox(idemId(tenant, tag.key))) ? IN_FLIGHT : { ok: true, value: null };
-  }
-
-  private bucketOf(t: number): number {
-    return Math.floor(t / this.ttlMs);
-  }
-
-  private storedId(bucket: number, tenant: string, key: string): string {
-    return `${bucketName(bucket)}\u0000${idemId(tenant, key)}`;
-  }
-
-  /** The key's record still kept at `now`: in now's bucket or the next (see IDEMPOTENCY). */
-  private kept(tenant: string, key: string, now: number): IdemRecord | undefined {
-    const bucket = this.bucketOf(now);
-    for (const b of [bucket + 1, bucket]) {
-      const rec = this.idem.get(this.storedId(b, tenant, key));
-      if (rec && rec.expiresAt > now) return rec;
-    }
-    return undefined;
+    return this.boxes.has(idemBox(id)) ? IN_FLIGHT : { ok: true, value: null };
   }
 
   /** The answer an earlier request with this key left, if it is still kept. */

@@ -142,13 +142,6 @@ export class Store {
     return out;
   }
 
-  /** Record ids of `table` below `end` in key order, at most `limit`: for sweeping by key prefix. */
-  idsBelow(table: Table<unknown>, end: string, limit: number): string[] {
-    const out: string[] = [];
-    for (const key of table.db.getKeys({ end, limit })) out.push(key);
-    return out;
-  }
-
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
