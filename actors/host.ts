@@ -327,7 +327,7 @@ export class ActorHost implements ActorEndpoint {
     if (rec.fingerprint !== tag.fingerprint) {
       return { ok: false, error: { code: 'idempotency-key-reused', detail: 'This Idempotency-Key was first used with another method, path or body.' } };
     }
-    return { ...rec.result, replayed: true };
+    return { ...rec.result, replayed: true, keptUntil: rec.expiresAt };
   }
 
   private stat(kind: string): Stat {

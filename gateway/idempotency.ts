@@ -1,7 +1,8 @@
 // The gateway's half of Idempotency-Key (CONTRACT §7, draft-ietf-httpapi-idempotency-key-header):
 // read and check the key, fingerprint the request, and tag the writes the request sends. The
-// owner of the write keeps the result beside its effect (actors/host.ts), so the gateway keeps
-// nothing and any gateway can answer a retry (ARCHITECTURE property 4).
+// owner of the write keeps the result beside its effect (actors/host.ts), so any gateway can
+// answer a retry; a gateway only caches answers it has replayed, a cache safe to lose
+// (ARCHITECTURE property 4).
 
 import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
@@ -63,9 +64,9 @@ interface Kept {
 /**
  * Answers kept under Idempotency-Keys, as the owner returned them to a retry, so the next retry
  * of the same request through this gateway needs neither a bus call nor a hash: the request's
- * bytes are compared instead. A kept answer never changes, so an entry cannot go stale; it only
- * outlives its key by at most `entryMs` (keys are kept "at least" IDEMPOTENCY_TTL_HOURS). Safe
- * to lose (ARCHITECTURE property 4); bounded in bytes, oldest first out (property 7).
+ * bytes are compared instead. A kept answer never changes, so an entry cannot go stale; it lives
+ * at most `entryMs`, and never past the owner's expiry of the key. Safe to lose (ARCHITECTURE
+ * property 4); bounded in bytes, oldest first out (property 7).
  */
 export class ReplayCache {
   private readonly entries = new Map<string, Kept>();
@@ -93,7 +94,8 @@ export class ReplayCache {
   set(tenant: string, key: string, req: GatewayRequest, result: Result<unknown>, now = Date.now()): void {
     const id = `${tenant}\u0000${key}`;
     const head = requestHead(req);
-    const size = JSON.stringify(result).length * 2 + head.length * 2 + (req.body?.length ?? 0);
+    // Characters count two bytes; 200 bytes stand for the map entry and the objects around it.
+    const size = (JSON.stringify(result).length + head.length + id.length) * 2 + (req.body?.length ?? 0) + 200;
     if (size > this.budgetBytes / 64) return; // one huge answer may not push out many small ones
     const old = this.entries.get(id);
     if (old) this.drop(id, old);
@@ -101,7 +103,9 @@ export class ReplayCache {
       const [oldestId, oldest] = this.entries.entries().next().value!;
       this.drop(oldestId, oldest);
     }
-    this.entries.set(id, { head, body: req.body ? Buffer.from(req.body) : undefined, result, until: now + this.entryMs, size });
+    // Never past the owner's expiry of the key: after it, the owner would run the request anew.
+    const until = Math.min(now + this.entryMs, result.keptUntil ?? Infinity);
+    this.entries.set(id, { head, body: req.body ? Buffer.from(req.body) : undefined, result, until, size });
     this.bytes += size;
   }
 

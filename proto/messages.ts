@@ -197,8 +197,11 @@ export interface ListPage<T> {
   rows: { v: number | string; record: T }[];
 }
 
-/** `replayed`: the answer is the stored result of an earlier request with the same Idempotency-Key. */
-export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true };
+/**
+ * `replayed`: the answer is the stored result of an earlier request with the same
+ * Idempotency-Key, kept until `keptUntil` (ms since the epoch).
+ */
+export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true; keptUntil?: number };
 
 export type Kind = Command['kind'] | Query['kind'];
 /** Commands addressed to one record (every kind but the batch, which names many, and the peek). */

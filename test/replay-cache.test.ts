@@ -36,6 +36,10 @@ test('an entry lives entryMs, and the byte budget pushes out the oldest', (t) =>
   cache.set('t', 'old', req('{}'), kept, 0);
   t.truthy(cache.get('t', 'old', req('{}'), 999));
   t.is(cache.get('t', 'old', req('{}'), 1000), undefined, 'expired');
+  // Never past the owner's expiry of the key, which a replayed answer carries.
+  cache.set('t', 'ending', req('{}'), { ...kept, keptUntil: 500 }, 0);
+  t.truthy(cache.get('t', 'ending', req('{}'), 499));
+  t.is(cache.get('t', 'ending', req('{}'), 500), undefined, 'the key expired at its owner');
   const big: Result<unknown> = { ok: true, value: { note: 'x'.repeat(300) }, replayed: true };
   for (let i = 0; i < 200; i++) cache.set('t', `k${i}`, req('{}'), big, 0);
   t.is(cache.get('t', 'k0', req('{}'), 1), undefined, 'the oldest went first');
