@@ -16,10 +16,12 @@ import {
   type ListPage,
   type OrderRecord,
   type Query,
+  type UserRecord,
   type Result,
 } from '../proto/messages.js';
 import type { ActorDef, Versioned } from './actor.js';
 import { batchKeys, planBatch, type Plan } from './batch.js';
+import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type EmailClaim } from './users.js';
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
 
@@ -84,7 +86,8 @@ const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
-  private readonly actors: Record<'order' | 'product', Bound>;
+  private readonly actors: Record<'order' | 'product' | 'user', Bound>;
+  private readonly claims: Table<EmailClaim>;
   private readonly idem: Table<IdemRecord>;
   private readonly boxes = new Map<string, Mailbox>();
   private inflight = 0;
@@ -105,7 +108,8 @@ export class ActorHost implements ActorEndpoint {
       def: def as unknown as ActorDef<Versioned, KeyedCommand>,
       table: this.store.table(def.table) as unknown as Table<Versioned>,
     });
-    this.actors = { order: bind(orderActor), product: bind(productActor) };
+    this.actors = { order: bind(orderActor), product: bind(productActor), user: bind(userActor) };
+    this.claims = this.store.table(EMAIL_CLAIMS);
     this.idem = this.store.table(IDEMPOTENCY);
     this.sweeper = setInterval(() => void this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
   }
@@ -116,19 +120,38 @@ export class ActorHost implements ActorEndpoint {
 
   async handle(cmd: Command): Promise<Result<unknown>> {
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
-    if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
-    if (cmd.kind === 'order.batch') {
-      const orders = this.actors.order.table as unknown as Table<OrderRecord>;
-      return this.write(cmd, batchKeys(cmd), (now) => planBatch(cmd, orders, now));
+    const answered = this.read(cmd);
+    if (answered) return answered;
+    switch (cmd.kind) {
+      case 'order.batch': {
+        const orders = this.actors.order.table as unknown as Table<OrderRecord>;
+        return this.write(cmd, batchKeys(cmd), (now) => planBatch(cmd, orders, now));
+      }
+      case 'user.create':
+      case 'user.replace':
+      case 'user.patch':
+      case 'user.delete': {
+        const users = this.actors.user.table as unknown as Table<UserRecord>;
+        return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now));
+      }
+      case 'idem.peek':
+      case 'user.batchGet':
+        throw new Error('answered by read()');
+      default: {
+        const bound = this.actorFor(cmd);
+        return this.write(cmd, [cmd.id], (now) => this.plan(cmd, bound, now));
+      }
     }
-    const bound = this.actorFor(cmd);
-    if (bound.def.isRead(cmd)) return this.readNow(cmd, bound);
-    return this.write(cmd, [cmd.id], (now) => this.plan(cmd, bound, now));
   }
 
+  /** Reads answer from committed state at once, without a turn; undefined for a write. */
   read(cmd: Command): Result<unknown> | undefined {
     if (!this.owns(cmd.partition) || cmd.kind === 'order.batch') return undefined;
     if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
+    if (cmd.kind === 'user.batchGet') {
+      const users = this.actors.user.table as unknown as Table<UserRecord>;
+      return { ok: true, value: batchGetUsers(cmd.tenant, cmd.ids, users) };
+    }
     const bound = this.actorFor(cmd);
     return bound.def.isRead(cmd) ? this.readNow(cmd, bound) : undefined;
   }
@@ -140,6 +163,8 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.order, q);
         case 'product.list':
           return this.list(this.actors.product, q);
+        case 'user.list':
+          return this.list(this.actors.user, q);
         default:
           return assertNever(q);
       }
@@ -198,6 +223,7 @@ export class ActorHost implements ActorEndpoint {
     const kind = cmd.kind;
     if (kind.startsWith('order.')) return this.actors.order;
     if (kind.startsWith('product.')) return this.actors.product;
+    if (kind.startsWith('user.')) return this.actors.user;
     throw new Error(`no actor for ${kind}`);
   }
 

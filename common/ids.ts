@@ -61,6 +61,16 @@ function randomPart(): string {
   return out;
 }
 
+/**
+ * A partition fixed by a string (FNV-1a): where everything named by it lives, e.g. all users of
+ * a tenant, or what a request with an Idempotency-Key creates. Spreads, need not be secret.
+ */
+export function partitionFor(name: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193);
+  return (h >>> 0) % PARTITIONS;
+}
+
 export function randomPartition(): number {
   return randomByte();
 }

@@ -17,6 +17,7 @@ import { metaRoutes } from './resources/meta.js';
 import { orderBatchRoute } from './resources/order-batch.js';
 import { orderRoutes } from './resources/orders.js';
 import { productRoutes } from './resources/products.js';
+import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
 
 export interface Service {
@@ -28,7 +29,7 @@ export interface Service {
 }
 
 export function allRoutes(): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes];
+  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes];
   routes.push(...metaRoutes(() => routes));
   return routes;
 }

@@ -6,7 +6,7 @@
 
 import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
-import { PARTITIONS } from '../common/ids.js';
+import { partitionFor } from '../common/ids.js';
 import type { IdemTag, Result } from '../proto/messages.js';
 import type { GatewayRequest } from './http-types.js';
 
@@ -41,11 +41,7 @@ export function idemTag(req: GatewayRequest, key: string): IdemTag {
  * of it, through any gateway, reaches the same owner and meets the first one's result there.
  */
 export function homePartition(tenant: string, key: string): number {
-  // FNV-1a: only spreads keys over partitions, so it need not be a cryptographic hash.
-  let h = 0x811c9dc5;
-  const s = `${tenant}\u0000${key}`;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
-  return (h >>> 0) % PARTITIONS;
+  return partitionFor(`${tenant}\u0000${key}`);
 }
 
 /** What a request must repeat, byte for byte, to be a retry (the fingerprint hashes the same). */

@@ -46,6 +46,17 @@ export interface ProductRecord {
   updatedAt: number;
 }
 
+export interface UserRecord {
+  id: string;
+  tenant: string;
+  version: number;
+  /** As given; uniqueness is per tenant and ignores case. */
+  email: string;
+  name: string | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
 // ---- inputs: what the gateway has already validated against the JSON Schemas ----
 
 export interface ItemInput {
@@ -74,6 +85,16 @@ export interface ProductInput {
   name: string;
   price: number;
   currency: string;
+}
+
+export interface UserInput {
+  email: string;
+  name: string | null;
+}
+
+export interface UserPatch {
+  email?: string;
+  name?: string | null;
 }
 
 export interface ProductPatch {
@@ -142,6 +163,13 @@ export type Command =
   | (Base & { kind: 'product.get'; id: string })
   | (Base & { kind: 'product.patch'; id: string; ifMatch: IfMatch; patch: ProductPatch })
   | (Base & { kind: 'product.delete'; id: string; ifMatch: IfMatch })
+  // Every user of a tenant lives in the tenant's partition, so the email check is one turn.
+  | (Base & { kind: 'user.create'; id: string; input: UserInput })
+  | (Base & { kind: 'user.get'; id: string })
+  | (Base & { kind: 'user.replace'; id: string; ifMatch: IfMatch; input: UserInput })
+  | (Base & { kind: 'user.patch'; id: string; ifMatch: IfMatch; patch: UserPatch })
+  | (Base & { kind: 'user.delete'; id: string; ifMatch: IfMatch })
+  | (Base & { kind: 'user.batchGet'; ids: string[] })
   | (Base & {
       kind: 'order.batch';
       atomic: boolean;
@@ -171,7 +199,8 @@ export type BatchOutcome = { index: number; ok: true; id: string; version: numbe
 /** List queries go to every owner node (scatter), each answering for the partitions it owns. */
 export type Query =
   | { kind: 'order.list'; query: ListQuery }
-  | { kind: 'product.list'; query: ListQuery };
+  | { kind: 'product.list'; query: ListQuery }
+  | { kind: 'user.list'; query: ListQuery };
 
 export interface ReplyMap {
   'order.create': OrderRecord;
@@ -186,6 +215,14 @@ export interface ReplyMap {
   'product.get': ProductRecord;
   'product.patch': ProductRecord;
   'product.delete': null;
+  'user.create': UserRecord;
+  'user.get': UserRecord;
+  'user.replace': UserRecord;
+  'user.patch': UserRecord;
+  'user.delete': null;
+  /** The users found, in the order asked; ids that name none are left out. */
+  'user.batchGet': UserRecord[];
+  'user.list': ListPage<UserRecord>;
   'order.batch': BatchOutcome[];
   'idem.peek': unknown;
   'order.list': ListPage<OrderRecord>;
@@ -204,8 +241,8 @@ export interface ListPage<T> {
 export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true; keptUntil?: number };
 
 export type Kind = Command['kind'] | Query['kind'];
-/** Commands addressed to one record (every kind but the batch, which names many, and the peek). */
-export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' }>;
+/** Commands addressed to one record (not the batches, which name many, nor the peek). */
+export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'user.batchGet' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
 export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
 

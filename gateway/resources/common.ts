@@ -2,7 +2,10 @@
 
 import { ApiError, PROBLEMS, type ProblemSlug } from '../../common/errors.js';
 import { parseId, partitionOf, type IdKind } from '../../common/ids.js';
-import { type Ctx, type JsonSchema, principalOf } from '../route.js';
+import type { ListPage } from '../../proto/messages.js';
+import { decodeCursor, encodeCursor, mergePages, pageFingerprint, pageLinks, pageText, parseFields, parseLimit, parseSort, project, variantOf } from '../collection.js';
+import { cachedRendering } from '../representation.js';
+import { type Ctx, type JsonSchema, type Outcome, principalOf } from '../route.js';
 
 /** The id in a path parameter, or 404: a string that cannot be such an id names nothing. */
 export function idParam(ctx: Ctx, kind: IdKind, param: string, noun: string): string {
@@ -94,4 +97,40 @@ export function problemResponses(...statuses: number[]): Record<number, string> 
     out[s] = slug ? `${PROBLEMS[slug].title} (problem+json).` : 'Problem details.';
   }
   return out;
+}
+
+/**
+ * A plain collection page (no filter, no expand): sort over an allow-list, keyset cursor, fields,
+ * cached member renderings, a fingerprint ETag. Products and users are listed this way.
+ */
+export async function plainListPage<T extends { id: string; version: number }>(
+  ctx: Ctx,
+  opts: {
+    kind: 'product.list' | 'user.list';
+    base: string;
+    sorts: readonly string[];
+    fields: readonly string[];
+    /** Sorts whose values are strings; the others are numbers. */
+    stringSorts: readonly string[];
+    render: (record: T) => Record<string, unknown>;
+  },
+): Promise<Outcome> {
+  const tenant = principalOf(ctx).tenant;
+  const { sort, dir } = parseSort(ctx.query, opts.sorts, '-createdAt');
+  const limit = parseLimit(ctx.query);
+  const fields = parseFields(ctx.query, opts.fields);
+  const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
+  const after = decodeCursor(ctx.query, '', sortKey, opts.stringSorts.includes(sort) ? 'string' : 'number');
+  // The kind decides the record type; the caller names both, so this cast is where they meet.
+  const pages = (await ctx.bus.gather({ kind: opts.kind, query: { tenant, filter: undefined, sort, dir, after, limit, withChildren: false } })) as unknown as ListPage<T>[];
+  const { rows, hasMore } = mergePages(pages, dir, limit);
+  const last = rows[rows.length - 1];
+  const links = pageLinks(opts.base, ctx.query, hasMore && last ? encodeCursor('', sortKey, last.v, last.record.id) : undefined);
+  const variant = variantOf(fields, new Set());
+  const records = rows.map((r) => r.record);
+  return {
+    status: 200,
+    text: pageText(records.map((r) => cachedRendering(r.id, r.version, variant, () => project(opts.render(r), fields, new Set()))), hasMore, links),
+    tag: { fingerprint: pageFingerprint(records, variant, hasMore, links) },
+  };
 }

@@ -4,25 +4,9 @@ import { ApiError } from '../../common/errors.js';
 import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { ProductPatch, ProductRecord } from '../../proto/messages.js';
 import { PRODUCT_SORTS } from '../../actors/products.js';
-import {
-  LIST_PARAMS,
-  decodeCursor,
-  encodeCursor,
-  fieldsParam,
-  mergePages,
-  pageFingerprint,
-  pageLinks,
-  pageText,
-  parseFields,
-  parseLimit,
-  parseSort,
-  project,
-  sortParam,
-  variantOf,
-} from '../collection.js';
+import { LIST_PARAMS, fieldsParam, parseFields, project, sortParam, variantOf } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
-import { cachedRendering } from '../representation.js';
-import { idParam, target, collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY } from './common.js';
+import { idParam, target, collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY, plainListPage } from './common.js';
 
 const BASE = '/v1/products';
 const PRODUCT_FIELDS = ['id', 'name', 'price', 'currency', 'createdAt', 'updatedAt'] as const;
@@ -98,24 +82,8 @@ export const productRoutes: RouteDef[] = [
     query: { sort: sortParam(PRODUCT_SORTS, '-createdAt'), fields: fieldsParam(PRODUCT_FIELDS), ...LIST_PARAMS },
     responses: { 200: 'A page of products.', ...problemResponses(400) },
     response: collectionSchema(productSchema),
-    async handle(ctx) {
-      const tenant = principalOf(ctx).tenant;
-      const { sort, dir } = parseSort(ctx.query, PRODUCT_SORTS, '-createdAt');
-      const limit = parseLimit(ctx.query);
-      const fields = parseFields(ctx.query, PRODUCT_FIELDS);
-      const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
-      const after = decodeCursor(ctx.query, '', sortKey, sort === 'name' ? 'string' : 'number');
-      const pages = await ctx.bus.gather({ kind: 'product.list', query: { tenant, filter: undefined, sort, dir, after, limit, withChildren: false } });
-      const { rows, hasMore } = mergePages(pages, dir, limit);
-      const last = rows[rows.length - 1];
-      const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor('', sortKey, last.v, last.record.id) : undefined);
-      const variant = variantOf(fields, new Set());
-      const products = rows.map((r) => r.record);
-      return {
-        status: 200,
-        text: pageText(products.map((p) => cachedRendering(p.id, p.version, variant, () => project(renderProduct(p), fields, new Set()))), hasMore, links),
-        tag: { fingerprint: pageFingerprint(products, variant, hasMore, links) },
-      };
+    handle(ctx) {
+      return plainListPage(ctx, { kind: 'product.list', base: BASE, sorts: PRODUCT_SORTS, fields: PRODUCT_FIELDS, stringSorts: ['name'], render: renderProduct });
     },
   }),
 

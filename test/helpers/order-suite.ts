@@ -11,6 +11,7 @@ import { PARTITIONS, partitionOf } from '../../common/ids.js';
 import { Api, type Caller, type Reply, mintToken } from './client.js';
 import type { RunningService } from './service.js';
 import { registerSafeWritesSuite } from './safe-writes-suite.js';
+import { registerUserSuite } from './user-suite.js';
 
 export interface SuiteContext {
   service: RunningService;
@@ -156,6 +157,7 @@ export function runOrderSuiteAgainst(test: TestFn<SuiteContext>, start: () => Pr
 
   registerOrderSuite(test);
   registerSafeWritesSuite(test);
+  registerUserSuite(test);
 }
 
 export function registerOrderSuite(test: TestFn<SuiteContext>): void {

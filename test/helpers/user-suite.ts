@@ -1,0 +1,96 @@
+// Users (CONTRACT §6): the uniform interface, email unique per tenant (also under concurrent
+// creates through every gateway), and batch-get. Registered beside the order suite, so it runs in
+// embedded mode and against two gateways over NATS in cluster mode.
+
+import type { TestFn } from 'ava';
+import { Caller, HttpClient } from './client.js';
+import { assertProblem, tenant, type SuiteContext } from './order-suite.js';
+
+export function registerUserSuite(test: TestFn<SuiteContext>): void {
+  test('users: create 201 with Location and ETag; GET, PUT, PATCH and DELETE follow; private, no-cache', async (t) => {
+    const c = await tenant(t, 'usr');
+    const created = await c.post('/v1/users', { email: 'Ada@Example.com', name: 'Ada' });
+    t.is(created.status, 201, created.text);
+    const id = created.json.id as string;
+    t.regex(id, /^usr_/);
+    t.is(created.headers.location, `/v1/users/${id}`);
+    t.like(created.json, { email: 'Ada@Example.com', name: 'Ada' });
+    const got = await c.get(`/v1/users/${id}`);
+    t.is(got.status, 200);
+    t.is(got.headers.etag, created.headers.etag);
+    t.is(got.headers['cache-control'], 'private, no-cache');
+    t.is((await c.get(`/v1/users/${id}`, { 'if-none-match': got.headers.etag! })).status, 304);
+    const put = await c.put(`/v1/users/${id}`, { email: 'ada@example.org' }, { 'if-match': got.headers.etag! });
+    t.is(put.status, 200, put.text);
+    t.is(put.json.name, null, 'PUT clears what it omits');
+    assertProblem(t, await c.patch(`/v1/users/${id}`, { name: 'x' }, { 'if-match': got.headers.etag! }), 412, 'precondition-failed');
+    const patched = await c.patch(`/v1/users/${id}`, { name: 'Ada L.' });
+    t.is(patched.status, 200);
+    t.is(patched.json.email, 'ada@example.org');
+    assertProblem(t, await c.post('/v1/users', { email: 'not-an-email' }), 422, 'validation-failed', { pointer: '/email' });
+    assertProblem(t, await c.post('/v1/users', { email: 'a@b.c', id: 'usr_x' }), 422, 'validation-failed', { pointer: '/id' });
+    t.is((await c.delete(`/v1/users/${id}`)).status, 204);
+    t.is((await c.get(`/v1/users/${id}`)).status, 404);
+    t.is((await c.delete(`/v1/users/${id}`)).status, 404);
+  });
+
+  test('users: email is unique per tenant ignoring case; a change frees the old one; a delete frees it too', async (t) => {
+    const c = await tenant(t, 'usr');
+    const other = await tenant(t, 'usr');
+    const a = await c.post('/v1/users', { email: 'same@example.com' });
+    t.is(a.status, 201);
+    assertProblem(t, await c.post('/v1/users', { email: 'SAME@example.com' }), 409, 'conflict');
+    t.is((await other.post('/v1/users', { email: 'same@example.com' })).status, 201, 'another tenant may use it');
+    const b = await c.post('/v1/users', { email: 'b@example.com' });
+    assertProblem(t, await c.patch(`/v1/users/${b.json.id}`, { email: 'Same@Example.com' }), 409, 'conflict');
+    t.is((await c.patch(`/v1/users/${a.json.id}`, { email: 'moved@example.com' })).status, 200);
+    t.is((await c.patch(`/v1/users/${b.json.id}`, { email: 'same@example.com' })).status, 200, 'the old email is free after the change');
+    t.is((await c.delete(`/v1/users/${b.json.id}`)).status, 204);
+    t.is((await c.post('/v1/users', { email: 'same@example.com' })).status, 201, 'and free again after the delete');
+  });
+
+  test('users: concurrent creates with one email through every gateway make exactly one user', async (t) => {
+    const c = await tenant(t, 'usr-race');
+    const clients = t.context.service.urls.map((u) => new HttpClient(u));
+    try {
+      const callers = clients.map((h) => new Caller(h, c.tenant, c.token));
+      const answers = await Promise.all(Array.from({ length: 24 }, (_, i) => callers[i % callers.length]!.post('/v1/users', { email: `race@example.com`, name: `n${i}` })));
+      t.is(answers.filter((r) => r.status === 201).length, 1, answers.map((r) => r.status).join(','));
+      for (const r of answers.filter((x) => x.status !== 201)) assertProblem(t, r, 409, 'conflict');
+      const list = await c.get('/v1/users');
+      t.is(list.json.data.length, 1);
+    } finally {
+      await Promise.all(clients.map((h) => h.close()));
+    }
+  });
+
+  test('users: batch-get answers the found users in request order, and notFound; over 100 ids is 413', async (t) => {
+    const c = await tenant(t, 'usr');
+    const other = await tenant(t, 'usr');
+    const ids: string[] = [];
+    for (const e of ['x@a.io', 'y@a.io', 'z@a.io']) ids.push((await c.post('/v1/users', { email: e })).json.id);
+    const foreign = (await other.post('/v1/users', { email: 'f@a.io' })).json.id as string;
+    const res = await c.post('/v1/users/batch-get', { ids: [ids[2], 'usr_nope', ids[0], foreign, ids[2]] });
+    t.is(res.status, 200, res.text);
+    t.deepEqual(res.json.data.map((u: { id: string }) => u.id), [ids[2], ids[0]]);
+    t.deepEqual(res.json.notFound, ['usr_nope', foreign]);
+    t.is(res.json.data[0].email, 'z@a.io');
+    assertProblem(t, await c.post('/v1/users/batch-get', { ids: Array.from({ length: 101 }, (_, i) => `usr_${i}`) }), 413, 'payload-too-large');
+    assertProblem(t, await c.post('/v1/users/batch-get', { ids: [] }), 422, 'validation-failed');
+  });
+
+  test('users: the list sorts by email and pages with next; another tenant sees none; scopes apply', async (t) => {
+    const c = await tenant(t, 'usr');
+    for (const e of ['c@x.io', 'a@x.io', 'B@x.io']) t.is((await c.post('/v1/users', { email: e })).status, 201);
+    const first = await c.get('/v1/users?sort=email&limit=2');
+    t.is(first.status, 200);
+    t.deepEqual(first.json.data.map((u: { email: string }) => u.email), ['a@x.io', 'B@x.io']);
+    const second = await c.get(first.json._links.next.href);
+    t.deepEqual(second.json.data.map((u: { email: string }) => u.email), ['c@x.io']);
+    t.false(second.json.hasMore);
+    const stranger = await tenant(t, 'usr');
+    t.is((await stranger.get('/v1/users')).json.data.length, 0);
+    const readOnly = await tenant(t, 'usr', 'users:read');
+    assertProblem(t, await readOnly.post('/v1/users', { email: 'q@x.io' }), 403, 'forbidden');
+  });
+}
