@@ -19,6 +19,7 @@ import {
   type Result,
 } from '../proto/messages.js';
 import type { ActorDef, Versioned } from './actor.js';
+import { articleActor } from './articles.js';
 import { batchKeys, planBatch, type Plan } from './batch.js';
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
@@ -84,7 +85,7 @@ const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
-  private readonly actors: Record<'order' | 'product', Bound>;
+  private readonly actors: Record<'order' | 'product' | 'article', Bound>;
   private readonly idem: Table<IdemRecord>;
   private readonly boxes = new Map<string, Mailbox>();
   private inflight = 0;
@@ -105,7 +106,7 @@ export class ActorHost implements ActorEndpoint {
       def: def as unknown as ActorDef<Versioned, KeyedCommand>,
       table: this.store.table(def.table) as unknown as Table<Versioned>,
     });
-    this.actors = { order: bind(orderActor), product: bind(productActor) };
+    this.actors = { order: bind(orderActor), product: bind(productActor), article: bind(articleActor) };
     this.idem = this.store.table(IDEMPOTENCY);
     this.sweeper = setInterval(() => void this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
   }
@@ -140,6 +141,8 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.order, q);
         case 'product.list':
           return this.list(this.actors.product, q);
+        case 'article.list':
+          return this.list(this.actors.article, q);
         default:
           return assertNever(q);
       }
@@ -198,6 +201,7 @@ export class ActorHost implements ActorEndpoint {
     const kind = cmd.kind;
     if (kind.startsWith('order.')) return this.actors.order;
     if (kind.startsWith('product.')) return this.actors.product;
+    if (kind.startsWith('article.')) return this.actors.article;
     throw new Error(`no actor for ${kind}`);
   }
 

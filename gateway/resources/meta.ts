@@ -70,6 +70,7 @@ export function metaRoutes(allRoutes: () => readonly RouteDef[]): RouteDef[] {
           self: { href: '/v1' },
           orders: { href: '/v1/orders' },
           products: { href: '/v1/products' },
+          articles: { href: '/v1/articles' },
           openapi: { href: '/v1/openapi.json' },
           docs: { href: '/docs' },
         };
