@@ -10,6 +10,7 @@ import type { ExecutionContext, TestFn } from 'ava';
 import { PARTITIONS, partitionOf } from '../../common/ids.js';
 import { Api, type Caller, type Reply, mintToken } from './client.js';
 import type { RunningService } from './service.js';
+import { registerArticleSuite } from './article-suite.js';
 import { registerSafeWritesSuite } from './safe-writes-suite.js';
 
 export interface SuiteContext {
@@ -156,6 +157,7 @@ export function runOrderSuiteAgainst(test: TestFn<SuiteContext>, start: () => Pr
 
   registerOrderSuite(test);
   registerSafeWritesSuite(test);
+  registerArticleSuite(test);
 }
 
 export function registerOrderSuite(test: TestFn<SuiteContext>): void {
