@@ -20,6 +20,7 @@ import {
   type Result,
 } from '../proto/messages.js';
 import type { ActorDef, Versioned } from './actor.js';
+import { articleActor } from './articles.js';
 import { batchKeys, planBatch, type Plan } from './batch.js';
 import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type EmailClaim } from './users.js';
 import { orderActor } from './orders.js';
@@ -86,7 +87,7 @@ const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
-  private readonly actors: Record<'order' | 'product' | 'user', Bound>;
+  private readonly actors: Record<'order' | 'product' | 'user' | 'article', Bound>;
   private readonly claims: Table<EmailClaim>;
   private readonly idem: Table<IdemRecord>;
   private readonly boxes = new Map<string, Mailbox>();
@@ -108,7 +109,7 @@ export class ActorHost implements ActorEndpoint {
       def: def as unknown as ActorDef<Versioned, KeyedCommand>,
       table: this.store.table(def.table) as unknown as Table<Versioned>,
     });
-    this.actors = { order: bind(orderActor), product: bind(productActor), user: bind(userActor) };
+    this.actors = { order: bind(orderActor), product: bind(productActor), user: bind(userActor), article: bind(articleActor) };
     this.claims = this.store.table(EMAIL_CLAIMS);
     this.idem = this.store.table(IDEMPOTENCY);
     this.sweeper = setInterval(() => void this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
@@ -165,6 +166,8 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.product, q);
         case 'user.list':
           return this.list(this.actors.user, q);
+        case 'article.list':
+          return this.list(this.actors.article, q);
         default:
           return assertNever(q);
       }
@@ -224,6 +227,7 @@ export class ActorHost implements ActorEndpoint {
     if (kind.startsWith('order.')) return this.actors.order;
     if (kind.startsWith('product.')) return this.actors.product;
     if (kind.startsWith('user.')) return this.actors.user;
+    if (kind.startsWith('article.')) return this.actors.article;
     throw new Error(`no actor for ${kind}`);
   }
 

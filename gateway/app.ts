@@ -13,6 +13,7 @@ import { Authenticator } from './auth.js';
 import { BusClient } from './bus-client.js';
 import { listen } from './http.js';
 import { createGateway, type Gateway } from './pipeline.js';
+import { articleRoutes } from './resources/articles.js';
 import { metaRoutes } from './resources/meta.js';
 import { orderBatchRoute } from './resources/order-batch.js';
 import { orderRoutes } from './resources/orders.js';
@@ -29,7 +30,7 @@ export interface Service {
 }
 
 export function allRoutes(): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes];
+  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...articleRoutes];
   routes.push(...metaRoutes(() => routes));
   return routes;
 }

@@ -30,7 +30,7 @@ const CHALLENGE = 'Bearer realm="api"';
  * A lone surrogate cannot survive the UTF-8 of index keys, so such a tenant could write records
  * it could never read back.
  */
-function isName(v: unknown): v is string {
+export function isName(v: unknown): v is string {
   return typeof v === 'string' && v !== '' && v.length <= 255 && !CONTROL.test(v) && !LONE_SURROGATE.test(v);
 }
 
@@ -97,13 +97,16 @@ export class Authenticator {
   /** 401 when the route needs a caller and there is none; 403 when the scope is missing. */
   authorize(principal: Principal | undefined, scope: string): Principal {
     if (!principal) throw unauthenticated('This endpoint needs a bearer token.');
-    if (!principal.scopes.has(scope)) {
-      throw new ApiError('forbidden', `The token lacks the '${scope}' scope.`, {
-        headers: { 'www-authenticate': `${CHALLENGE}, error="insufficient_scope", scope="${scope}"` },
-      });
-    }
+    if (!principal.scopes.has(scope)) throw insufficientScope(scope);
     return principal;
   }
+}
+
+/** 403 for a valid token without `scope` (RFC 6750 §3.1). */
+export function insufficientScope(scope: string): ApiError {
+  return new ApiError('forbidden', `The token lacks the '${scope}' scope.`, {
+    headers: { 'www-authenticate': `${CHALLENGE}, error="insufficient_scope", scope="${scope}"` },
+  });
 }
 
 export async function mintToken(

@@ -3,6 +3,9 @@
 // Every command names the partition that owns its key; the bus routes on it alone.
 
 import type { WireError } from '../common/errors.js';
+import type { ArticleInput, ArticlePatch, ArticleRecord } from './articles.js';
+
+export type { ArticleInput, ArticlePatch, ArticleRecord, Translation } from './articles.js';
 
 // ---- records: the actor state as stored, rendered by the gateway per API version ----
 
@@ -170,6 +173,10 @@ export type Command =
   | (Base & { kind: 'user.patch'; id: string; ifMatch: IfMatch; patch: UserPatch })
   | (Base & { kind: 'user.delete'; id: string; ifMatch: IfMatch })
   | (Base & { kind: 'user.batchGet'; ids: string[] })
+  | (Base & { kind: 'article.create'; id: string; input: ArticleInput })
+  | (Base & { kind: 'article.get'; id: string })
+  | (Base & { kind: 'article.patch'; id: string; ifMatch: IfMatch; patch: ArticlePatch })
+  | (Base & { kind: 'article.delete'; id: string; ifMatch: IfMatch })
   | (Base & {
       kind: 'order.batch';
       atomic: boolean;
@@ -200,7 +207,8 @@ export type BatchOutcome = { index: number; ok: true; id: string; version: numbe
 export type Query =
   | { kind: 'order.list'; query: ListQuery }
   | { kind: 'product.list'; query: ListQuery }
-  | { kind: 'user.list'; query: ListQuery };
+  | { kind: 'user.list'; query: ListQuery }
+  | { kind: 'article.list'; query: ListQuery };
 
 export interface ReplyMap {
   'order.create': OrderRecord;
@@ -223,10 +231,15 @@ export interface ReplyMap {
   /** The users found, in the order asked; ids that name none are left out. */
   'user.batchGet': UserRecord[];
   'user.list': ListPage<UserRecord>;
+  'article.create': ArticleRecord;
+  'article.get': ArticleRecord;
+  'article.patch': ArticleRecord;
+  'article.delete': null;
   'order.batch': BatchOutcome[];
   'idem.peek': unknown;
   'order.list': ListPage<OrderRecord>;
   'product.list': ListPage<ProductRecord>;
+  'article.list': ListPage<ArticleRecord>;
 }
 
 /** One node's slice of a list: up to limit+1 records in index order, each with its sort value. */

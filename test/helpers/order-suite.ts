@@ -10,6 +10,7 @@ import type { ExecutionContext, TestFn } from 'ava';
 import { PARTITIONS, partitionOf } from '../../common/ids.js';
 import { Api, type Caller, type Reply, mintToken } from './client.js';
 import type { RunningService } from './service.js';
+import { registerArticleSuite } from './article-suite.js';
 import { registerSafeWritesSuite } from './safe-writes-suite.js';
 import { registerUserSuite } from './user-suite.js';
 
@@ -158,6 +159,7 @@ export function runOrderSuiteAgainst(test: TestFn<SuiteContext>, start: () => Pr
   registerOrderSuite(test);
   registerSafeWritesSuite(test);
   registerUserSuite(test);
+  registerArticleSuite(test);
 }
 
 export function registerOrderSuite(test: TestFn<SuiteContext>): void {

@@ -1,0 +1,95 @@
+// Accept-Language (RFC 9110 §12.5.4) with the matching schemes of RFC 4647: basic filtering
+// (§3.3.1: the range `de` matches `de-CH`) and lookup (§3.4: the range `de-DE` falls back to
+// `de`). Ranges are tried by q-value, highest first, ties in header order; q=0 excludes what
+// the range matches. When nothing fits, the caller's default language is served (CONTRACT §6),
+// not 406: a client always gets the article, and Content-Language says which text it got.
+
+/** BCP 47 language tag (RFC 5646 §2.1), well-formed enough to index: language, script, region, variants. */
+export const LANGUAGE_TAG = '^[A-Za-z]{2,3}(-[A-Za-z]{4})?(-(?:[A-Za-z]{2}|[0-9]{3}))?(-(?:[A-Za-z0-9]{5,8}|[0-9][A-Za-z0-9]{3})){0,2}$';
+export const LANGUAGE_TAG_MAX = 35;
+
+// A header with more ranges than this is read up to here: no client lists more languages.
+const MAX_RANGES = 32;
+const RANGE = /^(?:\*|[A-Za-z]{1,8}(?:-[A-Za-z0-9]{1,8})*)$/;
+const QVALUE = /^(?:0(?:\.\d{0,3})?|1(?:\.0{0,3})?)$/;
+
+/** RFC 5646 §2.1.1 case conventions: `de-CH`, `zh-Hant-TW`, `sr-Latn-RS`. */
+export function canonicalLanguage(tag: string): string {
+  return tag
+    .split('-')
+    .map((part, i) => {
+      if (i === 0) return part.toLowerCase();
+      if (part.length === 4 && /^[A-Za-z]+$/.test(part)) return part[0]!.toUpperCase() + part.slice(1).toLowerCase();
+      if (part.length === 2 || (part.length === 3 && /^\d+$/.test(part))) return part.toUpperCase();
+      return part.toLowerCase();
+    })
+    .join('-');
+}
+
+interface Range {
+  range: string;
+  q: number;
+}
+
+function parse(header: string): Range[] {
+  const out: Range[] = [];
+  for (const entry of header.split(',').slice(0, MAX_RANGES)) {
+    const [rangePart, ...params] = entry.split(';');
+    const range = rangePart!.trim().toLowerCase();
+    if (!RANGE.test(range)) continue;
+    let q = 1;
+    let valid = true;
+    for (const p of params) {
+      const [name, value] = p.split('=').map((s) => s.trim());
+      if (name?.toLowerCase() !== 'q') continue;
+      if (value === undefined || !QVALUE.test(value)) valid = false;
+      else q = Number(value);
+    }
+    // A malformed entry is skipped rather than failing the request (RFC 9110 §12.5.4 lets a server ignore the header).
+    if (valid) out.push({ range, q });
+  }
+  return out;
+}
+
+/** Basic filtering: the range is the tag, or a prefix of it ending at a subtag boundary. */
+function matches(range: string, tag: string): boolean {
+  const t = tag.toLowerCase();
+  return t === range || t.startsWith(`${range}-`);
+}
+
+/** The best of `available` for one range: an exact match, else a more specific tag, else lookup's truncation. */
+function pick(range: string, available: readonly string[]): string | undefined {
+  const exact = available.find((a) => a.toLowerCase() === range);
+  if (exact) return exact;
+  const narrower = available.filter((a) => matches(range, a)).sort();
+  if (narrower[0]) return narrower[0];
+  const parts = range.split('-');
+  while (parts.length > 1) {
+    parts.pop();
+    // RFC 4647 §3.4: a single-letter subtag (an extension or private-use prefix) goes with what follows it.
+    if (parts.length > 1 && parts[parts.length - 1]!.length === 1) parts.pop();
+    const shorter = parts.join('-');
+    const hit = available.find((a) => a.toLowerCase() === shorter);
+    if (hit) return hit;
+  }
+  return undefined;
+}
+
+/** The language of `available` to serve for this Accept-Language header, or `fallback`. */
+export function negotiateLanguage(header: string | undefined, available: readonly string[], fallback: string): string {
+  if (header === undefined || header.trim() === '') return fallback;
+  const ranges = parse(header);
+  const excluded = ranges.filter((r) => r.q === 0 && r.range !== '*');
+  const allowed = available.filter((a) => !excluded.some((r) => matches(r.range, a)));
+  const wanted = ranges.filter((r) => r.q > 0).sort((a, b) => b.q - a.q);
+  for (const { range } of wanted) {
+    if (range === '*') {
+      if (allowed.includes(fallback)) return fallback;
+      if (allowed[0]) return allowed[0];
+      continue;
+    }
+    const hit = pick(range, allowed);
+    if (hit) return hit;
+  }
+  return fallback;
+}
