@@ -17,11 +17,14 @@ import {
   type OrderRecord,
   type Query,
   type UserRecord,
+  type TeamRecord,
+  type MembershipRecord,
   type Result,
 } from '../proto/messages.js';
 import type { ActorDef, Versioned } from './actor.js';
 import { articleActor } from './articles.js';
 import { batchKeys, planBatch, type Plan } from './batch.js';
+import { byUser, dropMemberships, memberActor, planTeamWrite, teamActor, type TeamTables } from './teams.js';
 import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type EmailClaim } from './users.js';
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
@@ -72,6 +75,8 @@ const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', indexKeys: (r)
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 const SWEEP_BATCH = 1000;
+/** Most memberships one delete removes with its team or user (a team is bounded by the tenant's users). */
+const MAX_CASCADE = 100_000;
 
 const UNAVAILABLE = (detail: string): Result<never> => ({ ok: false, error: { code: 'unavailable', detail } });
 const IN_FLIGHT: Result<never> = {
@@ -87,7 +92,8 @@ const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
-  private readonly actors: Record<'order' | 'product' | 'user' | 'article', Bound>;
+  private readonly actors: Record<'order' | 'product' | 'user' | 'article' | 'team' | 'member', Bound>;
+  private readonly teamTables: TeamTables;
   private readonly claims: Table<EmailClaim>;
   private readonly idem: Table<IdemRecord>;
   private readonly boxes = new Map<string, Mailbox>();
@@ -109,7 +115,22 @@ export class ActorHost implements ActorEndpoint {
       def: def as unknown as ActorDef<Versioned, KeyedCommand>,
       table: this.store.table(def.table) as unknown as Table<Versioned>,
     });
-    this.actors = { order: bind(orderActor), product: bind(productActor), user: bind(userActor), article: bind(articleActor) };
+    this.actors = {
+      order: bind(orderActor),
+      product: bind(productActor),
+      user: bind(userActor),
+      article: bind(articleActor),
+      team: bind(teamActor),
+      member: bind(memberActor),
+    };
+    const members = this.actors.member;
+    this.teamTables = {
+      teams: this.actors.team.table as unknown as Table<TeamRecord>,
+      members: members.table as unknown as Table<MembershipRecord>,
+      users: this.actors.user.table as unknown as Table<UserRecord>,
+      memberIds: (tenant, filter) =>
+        this.store.scan(members.table as Table<unknown>, { prefix: [tenant, filter, 'joinedAt'], after: undefined, reverse: false, limit: MAX_CASCADE }).map((r) => r.id),
+    };
     this.claims = this.store.table(EMAIL_CLAIMS);
     this.idem = this.store.table(IDEMPOTENCY);
     this.sweeper = setInterval(() => void this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
@@ -133,8 +154,16 @@ export class ActorHost implements ActorEndpoint {
       case 'user.patch':
       case 'user.delete': {
         const users = this.actors.user.table as unknown as Table<UserRecord>;
-        return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now));
+        // A deleted user leaves no membership behind: same lock, same transaction.
+        const cascade = (): Write<unknown>[] => dropMemberships(this.teamTables, cmd.tenant, byUser(cmd.id));
+        return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
       }
+      case 'team.create':
+      case 'team.delete':
+      case 'member.add':
+      case 'member.patch':
+      case 'member.remove':
+        return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planTeamWrite(cmd, this.teamTables, now));
       case 'idem.peek':
       case 'user.batchGet':
         throw new Error('answered by read()');
@@ -166,6 +195,10 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.product, q);
         case 'user.list':
           return this.list(this.actors.user, q);
+        case 'team.list':
+          return this.list(this.actors.team, q);
+        case 'member.list':
+          return this.list(this.actors.member, q);
         case 'article.list':
           return this.list(this.actors.article, q);
         default:
@@ -227,6 +260,8 @@ export class ActorHost implements ActorEndpoint {
     if (kind.startsWith('order.')) return this.actors.order;
     if (kind.startsWith('product.')) return this.actors.product;
     if (kind.startsWith('user.')) return this.actors.user;
+    if (kind.startsWith('team.')) return this.actors.team;
+    if (kind.startsWith('member.')) return this.actors.member;
     if (kind.startsWith('article.')) return this.actors.article;
     throw new Error(`no actor for ${kind}`);
   }

@@ -53,7 +53,7 @@ function conflict(email: string): ApiError {
 }
 
 /** Decides a user write and the claim changes it needs, as one set of writes. */
-export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: Table<EmailClaim>, now: number): Plan {
+export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: Table<EmailClaim>, now: number, onDelete: () => Write<unknown>[] = () => []): Plan {
   const stored = users.get(cmd.id);
   const current = stored && stored.tenant === cmd.tenant ? stored : undefined;
   const writes: Write<unknown>[] = [];
@@ -101,6 +101,7 @@ export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: 
       const user = existing(current, 'user');
       checkIfMatch(cmd.ifMatch, user.version);
       release(user.email);
+      writes.push(...onDelete());
       return put(undefined);
     }
   }

@@ -18,6 +18,7 @@ import { metaRoutes } from './resources/meta.js';
 import { orderBatchRoute } from './resources/order-batch.js';
 import { orderRoutes } from './resources/orders.js';
 import { productRoutes } from './resources/products.js';
+import { teamRoutes } from './resources/teams.js';
 import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
 
@@ -30,7 +31,7 @@ export interface Service {
 }
 
 export function allRoutes(): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...articleRoutes];
+  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
   routes.push(...metaRoutes(() => routes));
   return routes;
 }

@@ -60,6 +60,29 @@ export interface UserRecord {
   updatedAt: number;
 }
 
+export interface TeamRecord {
+  id: string;
+  tenant: string;
+  version: number;
+  name: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export type TeamRole = 'owner' | 'admin' | 'member';
+
+/** A user's membership of a team; its id is `<teamId>:<userId>`. */
+export interface MembershipRecord {
+  id: string;
+  tenant: string;
+  version: number;
+  teamId: string;
+  userId: string;
+  role: TeamRole;
+  joinedAt: number;
+  updatedAt: number;
+}
+
 // ---- inputs: what the gateway has already validated against the JSON Schemas ----
 
 export interface ItemInput {
@@ -173,6 +196,15 @@ export type Command =
   | (Base & { kind: 'user.patch'; id: string; ifMatch: IfMatch; patch: UserPatch })
   | (Base & { kind: 'user.delete'; id: string; ifMatch: IfMatch })
   | (Base & { kind: 'user.batchGet'; ids: string[] })
+  // Teams and memberships live with the tenant's users, under the same lock: a membership
+  // checks its user, and deleting a user removes its memberships, in one turn.
+  | (Base & { kind: 'team.create'; id: string; name: string })
+  | (Base & { kind: 'team.get'; id: string })
+  | (Base & { kind: 'team.delete'; id: string; ifMatch: IfMatch })
+  | (Base & { kind: 'member.add'; id: string; teamId: string; userId: string; role: TeamRole })
+  | (Base & { kind: 'member.get'; id: string })
+  | (Base & { kind: 'member.patch'; id: string; ifMatch: IfMatch; role: TeamRole })
+  | (Base & { kind: 'member.remove'; id: string; ifMatch: IfMatch })
   | (Base & { kind: 'article.create'; id: string; input: ArticleInput })
   | (Base & { kind: 'article.get'; id: string })
   | (Base & { kind: 'article.patch'; id: string; ifMatch: IfMatch; patch: ArticlePatch })
@@ -208,6 +240,9 @@ export type Query =
   | { kind: 'order.list'; query: ListQuery }
   | { kind: 'product.list'; query: ListQuery }
   | { kind: 'user.list'; query: ListQuery }
+  | { kind: 'team.list'; query: ListQuery }
+  /** `filter` is the team id. */
+  | { kind: 'member.list'; query: ListQuery }
   | { kind: 'article.list'; query: ListQuery };
 
 export interface ReplyMap {
@@ -231,6 +266,15 @@ export interface ReplyMap {
   /** The users found, in the order asked; ids that name none are left out. */
   'user.batchGet': UserRecord[];
   'user.list': ListPage<UserRecord>;
+  'team.create': TeamRecord;
+  'team.get': TeamRecord;
+  'team.delete': null;
+  'member.add': MembershipRecord;
+  'member.get': MembershipRecord;
+  'member.patch': MembershipRecord;
+  'member.remove': null;
+  'team.list': ListPage<TeamRecord>;
+  'member.list': ListPage<MembershipRecord>;
   'article.create': ArticleRecord;
   'article.get': ArticleRecord;
   'article.patch': ArticleRecord;

@@ -106,7 +106,7 @@ export function problemResponses(...statuses: number[]): Record<number, string> 
 export async function plainListPage<T extends { id: string; version: number }>(
   ctx: Ctx,
   opts: {
-    kind: 'product.list' | 'user.list';
+    kind: 'product.list' | 'user.list' | 'team.list';
     base: string;
     sorts: readonly string[];
     fields: readonly string[];

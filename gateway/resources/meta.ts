@@ -71,6 +71,7 @@ export function metaRoutes(allRoutes: () => readonly RouteDef[]): RouteDef[] {
           orders: { href: '/v1/orders' },
           products: { href: '/v1/products' },
           users: { href: '/v1/users' },
+          teams: { href: '/v1/teams' },
           articles: { href: '/v1/articles' },
           openapi: { href: '/v1/openapi.json' },
           docs: { href: '/docs' },

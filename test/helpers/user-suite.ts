@@ -93,4 +93,58 @@ export function registerUserSuite(test: TestFn<SuiteContext>): void {
     const readOnly = await tenant(t, 'usr', 'users:read');
     assertProblem(t, await readOnly.post('/v1/users', { email: 'q@x.io' }), 403, 'forbidden');
   });
+
+  test('teams: create, read, list; members join with a role (201, Location, joinedAt), a repeat is 409, an unknown user 422', async (t) => {
+    const c = await tenant(t, 'team');
+    const team = await c.post('/v1/teams', { name: 'Core' });
+    t.is(team.status, 201, team.text);
+    const teamId = team.json.id as string;
+    t.is(team.headers.location, `/v1/teams/${teamId}`);
+    t.is((await c.get(`/v1/teams/${teamId}`)).json.name, 'Core');
+    t.deepEqual((await c.get('/v1/teams')).json.data.map((x: { id: string }) => x.id), [teamId]);
+    const u1 = (await c.post('/v1/users', { email: 'm1@t.io' })).json.id as string;
+    const u2 = (await c.post('/v1/users', { email: 'm2@t.io' })).json.id as string;
+    const added = await c.post(`/v1/teams/${teamId}/members`, { userId: u1, role: 'owner' });
+    t.is(added.status, 201, added.text);
+    t.is(added.headers.location, `/v1/teams/${teamId}/members/${u1}`);
+    t.like(added.json, { userId: u1, teamId, role: 'owner' });
+    t.regex(added.json.joinedAt, /^\d{4}-\d{2}-\d{2}T/);
+    assertProblem(t, await c.post(`/v1/teams/${teamId}/members`, { userId: u1, role: 'member' }), 409, 'conflict');
+    assertProblem(t, await c.post(`/v1/teams/${teamId}/members`, { userId: 'usr_nope', role: 'member' }), 422, 'validation-failed', { pointer: '/userId' });
+    assertProblem(t, await c.post(`/v1/teams/${teamId}/members`, { userId: u2, role: 'boss' }), 422, 'validation-failed', { pointer: '/role' });
+    assertProblem(t, await c.post(`/v1/teams/${teamId}/members`, { userId: u2, role: 'member', joinedAt: '2020-01-01T00:00:00.000Z' }), 422, 'validation-failed', { pointer: '/joinedAt' });
+    t.is((await c.post(`/v1/teams/${teamId}/members`, { userId: u2, role: 'member' })).status, 201);
+    const list = await c.get(`/v1/teams/${teamId}/members?limit=1`);
+    t.deepEqual(list.json.data.map((m: { userId: string }) => m.userId), [u1]);
+    t.deepEqual((await c.get(list.json._links.next.href)).json.data.map((m: { userId: string }) => m.userId), [u2]);
+    const one = await c.get(`/v1/teams/${teamId}/members/${u2}`);
+    t.is(one.status, 200);
+    const patched = await c.patch(`/v1/teams/${teamId}/members/${u2}`, { role: 'admin' }, { 'if-match': one.headers.etag! });
+    t.is(patched.json.role, 'admin');
+    t.is(patched.json.joinedAt, one.json.joinedAt, 'joinedAt stays');
+    t.is((await c.delete(`/v1/teams/${teamId}/members/${u2}`)).status, 204);
+    t.is((await c.get(`/v1/teams/${teamId}/members/${u2}`)).status, 404);
+    assertProblem(t, await c.get('/v1/teams/team_nope/members'), 404, 'not-found');
+    const stranger = await tenant(t, 'team');
+    t.is((await stranger.get(`/v1/teams/${teamId}`)).status, 404);
+    assertProblem(t, await stranger.post(`/v1/teams/${teamId}/members`, { userId: u1, role: 'member' }), 404, 'not-found');
+  });
+
+  test('teams: deleting a user removes its memberships; deleting a team removes the team and its memberships', async (t) => {
+    const c = await tenant(t, 'team');
+    const a = (await c.post('/v1/teams', { name: 'A' })).json.id as string;
+    const b = (await c.post('/v1/teams', { name: 'B' })).json.id as string;
+    const u = (await c.post('/v1/users', { email: 'leaver@t.io' })).json.id as string;
+    const v = (await c.post('/v1/users', { email: 'stayer@t.io' })).json.id as string;
+    for (const team of [a, b]) for (const user of [u, v]) t.is((await c.post(`/v1/teams/${team}/members`, { userId: user, role: 'member' })).status, 201);
+    t.is((await c.delete(`/v1/users/${u}`)).status, 204);
+    for (const team of [a, b]) {
+      t.deepEqual((await c.get(`/v1/teams/${team}/members`)).json.data.map((m: { userId: string }) => m.userId), [v], 'only the remaining user');
+      t.is((await c.get(`/v1/teams/${team}/members/${u}`)).status, 404);
+    }
+    t.is((await c.delete(`/v1/teams/${a}`)).status, 204);
+    t.is((await c.get(`/v1/teams/${a}`)).status, 404);
+    t.is((await c.get(`/v1/teams/${a}/members/${v}`)).status, 404, "the team's memberships went with it");
+    t.is((await c.get(`/v1/teams/${b}/members/${v}`)).status, 200, "another team's are untouched");
+  });
 }

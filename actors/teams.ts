@@ -1,0 +1,107 @@
+// Teams and memberships (CONTRACT §6). They live in the tenant's partition with its users and
+// are written under the tenant's user lock (actors/users.ts), so a new membership sees whether
+// its user exists, and a user's or a team's delete removes its memberships, in one transaction.
+
+import { ApiError } from '../common/errors.js';
+import type { CommandOf, ListQuery, MembershipRecord, TeamRecord, UserRecord } from '../proto/messages.js';
+import type { Table, Write } from '../storage/store.js';
+import { type ActorDef, checkIfMatch, existing } from './actor.js';
+import type { Plan } from './batch.js';
+
+export const TEAM_SORTS = ['createdAt', 'name'] as const;
+
+export const membershipId = (teamId: string, userId: string): string => `${teamId}:${userId}`;
+/** The index filter under which a user's memberships are listed (team ids never start so). */
+export const byUser = (userId: string): string => `user:${userId}`;
+
+export const teamActor: ActorDef<TeamRecord, CommandOf<'team.get'>> = {
+  table: {
+    name: 'teams',
+    indexKeys: (t) => [
+      [t.tenant, '*', 'createdAt', t.createdAt, t.id],
+      [t.tenant, '*', 'name', t.name, t.id],
+    ],
+  },
+  isRead: (cmd) => cmd.kind === 'team.get',
+  listPrefix: (q: ListQuery) => [q.tenant, '*', q.sort],
+  decide: (_cmd, current) => ({ next: current, reply: existing(current, 'team') }),
+};
+
+export const memberActor: ActorDef<MembershipRecord, CommandOf<'member.get'>> = {
+  table: {
+    name: 'memberships',
+    indexKeys: (m) => [
+      [m.tenant, m.teamId, 'joinedAt', m.joinedAt, m.id],
+      [m.tenant, byUser(m.userId), 'joinedAt', m.joinedAt, m.id],
+    ],
+  },
+  isRead: (cmd) => cmd.kind === 'member.get',
+  listPrefix: (q: ListQuery) => [q.tenant, q.filter ?? '', 'joinedAt'],
+  decide: (_cmd, current) => ({ next: current, reply: existing(current, 'membership') }),
+};
+
+export interface TeamTables {
+  teams: Table<TeamRecord>;
+  members: Table<MembershipRecord>;
+  users: Table<UserRecord>;
+  /** Membership ids under an index filter (a team id, or byUser(userId)). */
+  memberIds(tenant: string, filter: string): string[];
+}
+
+type TeamWrite = CommandOf<'team.create' | 'team.delete' | 'member.add' | 'member.patch' | 'member.remove'>;
+
+function own<T extends { tenant: string }>(rec: T | undefined, tenant: string): T | undefined {
+  return rec && rec.tenant === tenant ? rec : undefined;
+}
+
+/** Writes removing every membership under `filter` (a team's, or a user's). */
+export function dropMemberships(t: TeamTables, tenant: string, filter: string): Write<unknown>[] {
+  return t.memberIds(tenant, filter).flatMap((id) => {
+    const m = t.members.get(id);
+    return m && m.tenant === tenant ? [{ table: t.members as Table<unknown>, id, before: m, after: undefined }] : [];
+  });
+}
+
+export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan {
+  const writes: Write<unknown>[] = [];
+  switch (cmd.kind) {
+    case 'team.create': {
+      if (t.teams.get(cmd.id)) throw new ApiError('conflict', 'A team with that id already exists.');
+      const team: TeamRecord = { id: cmd.id, tenant: cmd.tenant, version: 1, name: cmd.name, createdAt: now, updatedAt: now };
+      writes.push({ table: t.teams as Table<unknown>, id: cmd.id, before: undefined, after: team });
+      return { writes, reply: team };
+    }
+    case 'team.delete': {
+      const stored = t.teams.get(cmd.id);
+      const team = existing(own(stored, cmd.tenant), 'team');
+      checkIfMatch(cmd.ifMatch, team.version);
+      writes.push(...dropMemberships(t, cmd.tenant, team.id), { table: t.teams as Table<unknown>, id: cmd.id, before: stored, after: undefined });
+      return { writes, reply: null };
+    }
+    case 'member.add': {
+      existing(own(t.teams.get(cmd.teamId), cmd.tenant), 'team');
+      if (!own(t.users.get(cmd.userId), cmd.tenant)) {
+        throw new ApiError('validation-failed', 'No user with that id.', { errors: [{ pointer: '/userId', detail: 'names no user' }] });
+      }
+      if (t.members.get(cmd.id)) throw new ApiError('conflict', 'The user is already a member of this team.');
+      const m: MembershipRecord = { id: cmd.id, tenant: cmd.tenant, version: 1, teamId: cmd.teamId, userId: cmd.userId, role: cmd.role, joinedAt: now, updatedAt: now };
+      writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: undefined, after: m });
+      return { writes, reply: m };
+    }
+    case 'member.patch': {
+      const stored = t.members.get(cmd.id);
+      const m = existing(own(stored, cmd.tenant), 'membership');
+      checkIfMatch(cmd.ifMatch, m.version);
+      const next: MembershipRecord = { ...m, role: cmd.role, version: m.version + 1, updatedAt: now };
+      writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: next });
+      return { writes, reply: next };
+    }
+    case 'member.remove': {
+      const stored = t.members.get(cmd.id);
+      const m = existing(own(stored, cmd.tenant), 'membership');
+      checkIfMatch(cmd.ifMatch, m.version);
+      writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: undefined });
+      return { writes, reply: null };
+    }
+  }
+}
