@@ -6,7 +6,7 @@
 // Partial: each operation stands alone; the failed ones change nothing.
 // Atomic: one failure and nothing is written at all.
 
-import { ApiError, toWire, type WireError } from '../common/errors.js';
+import { ApiError, toWire, underPointer } from '../common/errors.js';
 import type { BatchOp, BatchOutcome, CommandOf, OrderRecord } from '../proto/messages.js';
 import type { Table, Write } from '../storage/store.js';
 import { orderActor } from './orders.js';
@@ -42,12 +42,6 @@ function asCommand(cmd: BatchCommand, op: BatchOp): CommandOf<'order.create' | '
   }
 }
 
-/** An order's pointers (`/metadata`) placed inside the operation's body in the batch document. */
-function inBatch(index: number, error: WireError): WireError {
-  if (!error.errors) return error;
-  return { ...error, errors: error.errors.map((e) => (e.pointer === undefined ? e : { ...e, pointer: `/operations/${index}/body${e.pointer}` })) };
-}
-
 export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: number): Plan {
   const slots = new Map<string, Slot>();
   const outcomes: BatchOutcome[] = [];
@@ -67,7 +61,8 @@ export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: nu
       outcomes.push({ index: op.index, ok: true, id: op.id, version: decision.next?.version ?? null });
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
-      outcomes.push({ index: op.index, ok: false, error: inBatch(op.index, toWire(err)) });
+      // The order's pointers (`/metadata`) are placed inside the operation's body in the batch document.
+      outcomes.push({ index: op.index, ok: false, error: underPointer(toWire(err), `/operations/${op.index}/body`) });
     }
   }
   const failed = outcomes.some((o) => !o.ok);

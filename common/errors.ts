@@ -63,6 +63,12 @@ export function isProblemSlug(s: string): s is ProblemSlug {
   return Object.prototype.hasOwnProperty.call(PROBLEMS, s);
 }
 
+/** The same errors with each body pointer placed under `prefix` (e.g. `/operations/3/body`). */
+export function underPointer<E extends { errors?: FieldError[] }>(error: E, prefix: string): E {
+  if (!error.errors) return error;
+  return { ...error, errors: error.errors.map((e) => (e.pointer === undefined ? e : { ...e, pointer: `${prefix}${e.pointer}` })) };
+}
+
 /** How an error crosses the bus: data only (STYLE 5). */
 export interface WireError {
   code: ProblemSlug;

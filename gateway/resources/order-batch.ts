@@ -10,7 +10,7 @@
 // (ARCHITECTURE property 6: cross-partition atomicity only by co-location), so the owner commits
 // it in one transaction; the orders it creates are minted in that partition.
 
-import { ApiError, PROBLEMS, toWire, type FieldError, type WireError } from '../../common/errors.js';
+import { ApiError, PROBLEMS, toWire, underPointer, type FieldError, type WireError } from '../../common/errors.js';
 import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { BatchOp, BatchOutcome, IdemTag, ProductRecord } from '../../proto/messages.js';
 import { parseIfMatch, versionTag } from '../representation.js';
@@ -83,7 +83,7 @@ type Checked = { index: number; method: BatchMethod; op: BatchOp; itemsRaw: Reco
 
 /** Pointers of a failure inside operation `index`, made absolute in the request document. */
 function within(index: number, err: ApiError, prefix: string): ApiError {
-  const errors = err.extra.errors?.map((e) => (e.pointer === undefined ? e : { ...e, pointer: `/operations/${index}${prefix}${e.pointer}` }));
+  const { errors } = underPointer({ errors: err.extra.errors }, `/operations/${index}${prefix}`);
   return new ApiError(err.slug, err.detail, errors ? { errors } : {});
 }
 
