@@ -46,3 +46,10 @@ export function existing<T extends Versioned>(current: T | undefined, what: stri
   if (current === undefined) throw notFound(what);
   return current;
 }
+
+/** The record a guarded write acts on: it must exist for the caller (404) and match If-Match (412). */
+export function existingMatching<T extends Versioned>(current: T | undefined, ifMatch: IfMatch, what: string): T {
+  const record = existing(current, what);
+  checkIfMatch(ifMatch, record.version);
+  return record;
+}

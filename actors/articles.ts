@@ -3,7 +3,7 @@
 
 import { ApiError, type FieldError } from '../common/errors.js';
 import type { ArticlePatch, ArticleRecord, CommandOf, ListQuery, Translation } from '../proto/messages.js';
-import { type ActorDef, checkIfMatch, existing } from './actor.js';
+import { type ActorDef, existing, existingMatching } from './actor.js';
 
 export const ARTICLE_SORTS = ['createdAt'] as const;
 
@@ -78,8 +78,7 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
       }
 
       case 'article.patch': {
-        const article = existing(current, 'article');
-        checkIfMatch(cmd.ifMatch, article.version);
+        const article = existingMatching(current, cmd.ifMatch, 'article');
         const { patch } = cmd;
         const next: ArticleRecord = {
           ...article,
@@ -94,8 +93,7 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
       }
 
       case 'article.delete': {
-        const article = existing(current, 'article');
-        checkIfMatch(cmd.ifMatch, article.version);
+        existingMatching(current, cmd.ifMatch, 'article');
         return { next: undefined, reply: null };
       }
     }

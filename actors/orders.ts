@@ -9,7 +9,7 @@
 
 import { ApiError } from '../common/errors.js';
 import type { CommandOf, OrderRecord, ItemRecord, OrderInput, OrderPatch, ListQuery } from '../proto/messages.js';
-import { type ActorDef, checkIfMatch, existing } from './actor.js';
+import { type ActorDef, existing, existingMatching } from './actor.js';
 
 export const MAX_ITEMS_PER_ORDER = 100;
 export const MAX_METADATA_KEYS = 50;
@@ -115,24 +115,21 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
       }
 
       case 'order.replace': {
-        const order = existing(current, 'order');
-        checkIfMatch(cmd.ifMatch, order.version);
+        const order = existingMatching(current, cmd.ifMatch, 'order');
         guardCurrency(order, cmd.input.currency);
         const next = bump(order, replaceWith(cmd.input), now);
         return { next, reply: next };
       }
 
       case 'order.patch': {
-        const order = existing(current, 'order');
-        checkIfMatch(cmd.ifMatch, order.version);
+        const order = existingMatching(current, cmd.ifMatch, 'order');
         guardCurrency(order, cmd.patch.currency);
         const next = bump(order, applyPatch(order, cmd.patch), now);
         return { next, reply: next };
       }
 
       case 'order.delete': {
-        const order = existing(current, 'order');
-        checkIfMatch(cmd.ifMatch, order.version);
+        const order = existingMatching(current, cmd.ifMatch, 'order');
         if (order.status === 'paid' || order.status === 'refunded') {
           throw invalidState(`A ${order.status} order cannot be deleted; refund it instead.`);
         }
@@ -140,8 +137,7 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
       }
 
       case 'order.pay': {
-        const order = existing(current, 'order');
-        checkIfMatch(cmd.ifMatch, order.version);
+        const order = existingMatching(current, cmd.ifMatch, 'order');
         if (order.status !== 'pending') throw invalidState(`A ${order.status} order cannot be paid.`);
         if (order.total <= 0) throw invalidState('An order with a total of 0 cannot be paid.');
         const next = bump(order, { status: 'paid' }, now);
@@ -149,16 +145,14 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
       }
 
       case 'order.cancel': {
-        const order = existing(current, 'order');
-        checkIfMatch(cmd.ifMatch, order.version);
+        const order = existingMatching(current, cmd.ifMatch, 'order');
         if (order.status !== 'pending') throw invalidState(`A ${order.status} order cannot be cancelled.`);
         const next = bump(order, { status: 'cancelled' }, now);
         return { next, reply: next };
       }
 
       case 'order.addItem': {
-        const order = existing(current, 'order');
-        checkIfMatch(cmd.ifMatch, order.version);
+        const order = existingMatching(current, cmd.ifMatch, 'order');
         if (order.status !== 'pending') throw invalidState(`Items can be added only while the order is pending; it is ${order.status}.`);
         // The gateway priced the item in the currency it read; a change since then voids that price.
         if (order.currency !== cmd.currency) throw new ApiError('conflict', 'The order changed currency while the item was being priced; retry.');

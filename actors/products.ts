@@ -2,7 +2,7 @@
 
 import { ApiError } from '../common/errors.js';
 import type { CommandOf, ListQuery, ProductRecord } from '../proto/messages.js';
-import { type ActorDef, checkIfMatch, existing } from './actor.js';
+import { type ActorDef, existing, existingMatching } from './actor.js';
 
 export const PRODUCT_SORTS = ['createdAt', 'price', 'name'] as const;
 
@@ -34,15 +34,13 @@ export const productActor: ActorDef<ProductRecord, ProductCommand> = {
       }
 
       case 'product.patch': {
-        const product = existing(current, 'product');
-        checkIfMatch(cmd.ifMatch, product.version);
+        const product = existingMatching(current, cmd.ifMatch, 'product');
         const next: ProductRecord = { ...product, ...cmd.patch, version: product.version + 1, updatedAt: now };
         return { next, reply: next };
       }
 
       case 'product.delete': {
-        const product = existing(current, 'product');
-        checkIfMatch(cmd.ifMatch, product.version);
+        existingMatching(current, cmd.ifMatch, 'product');
         return { next: undefined, reply: null };
       }
     }

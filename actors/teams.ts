@@ -5,7 +5,7 @@
 import { ApiError } from '../common/errors.js';
 import type { CommandOf, ListQuery, MembershipRecord, TeamRecord, UserRecord } from '../proto/messages.js';
 import type { Table, Write } from '../storage/store.js';
-import { type ActorDef, checkIfMatch, existing } from './actor.js';
+import { type ActorDef, existing, existingMatching } from './actor.js';
 import type { Plan } from './batch.js';
 
 export const TEAM_SORTS = ['createdAt', 'name'] as const;
@@ -73,8 +73,7 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
     }
     case 'team.delete': {
       const stored = t.teams.get(cmd.id);
-      const team = existing(own(stored, cmd.tenant), 'team');
-      checkIfMatch(cmd.ifMatch, team.version);
+      const team = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'team');
       writes.push(...dropMemberships(t, cmd.tenant, team.id), { table: t.teams as Table<unknown>, id: cmd.id, before: stored, after: undefined });
       return { writes, reply: null };
     }
@@ -90,16 +89,14 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
     }
     case 'member.patch': {
       const stored = t.members.get(cmd.id);
-      const m = existing(own(stored, cmd.tenant), 'membership');
-      checkIfMatch(cmd.ifMatch, m.version);
+      const m = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
       const next: MembershipRecord = { ...m, role: cmd.role, version: m.version + 1, updatedAt: now };
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: next });
       return { writes, reply: next };
     }
     case 'member.remove': {
       const stored = t.members.get(cmd.id);
-      const m = existing(own(stored, cmd.tenant), 'membership');
-      checkIfMatch(cmd.ifMatch, m.version);
+      existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: undefined });
       return { writes, reply: null };
     }

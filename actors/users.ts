@@ -9,7 +9,7 @@
 import { ApiError } from '../common/errors.js';
 import type { CommandOf, ListQuery, UserInput, UserRecord } from '../proto/messages.js';
 import type { Table, TableSpec, Write } from '../storage/store.js';
-import { type ActorDef, checkIfMatch, existing } from './actor.js';
+import { type ActorDef, existing, existingMatching } from './actor.js';
 import type { Plan } from './batch.js';
 
 export const USER_SORTS = ['createdAt', 'email'] as const;
@@ -88,18 +88,15 @@ export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: 
       return put({ id: cmd.id, tenant: cmd.tenant, version: 1, email: cmd.input.email, name: cmd.input.name, createdAt: now, updatedAt: now });
     }
     case 'user.replace': {
-      const user = existing(current, 'user');
-      checkIfMatch(cmd.ifMatch, user.version);
+      const user = existingMatching(current, cmd.ifMatch, 'user');
       return changeTo(user, cmd.input);
     }
     case 'user.patch': {
-      const user = existing(current, 'user');
-      checkIfMatch(cmd.ifMatch, user.version);
+      const user = existingMatching(current, cmd.ifMatch, 'user');
       return changeTo(user, cmd.patch);
     }
     case 'user.delete': {
-      const user = existing(current, 'user');
-      checkIfMatch(cmd.ifMatch, user.version);
+      const user = existingMatching(current, cmd.ifMatch, 'user');
       release(user.email);
       writes.push(...onDelete());
       return put(undefined);
