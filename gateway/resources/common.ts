@@ -100,15 +100,19 @@ export function problemResponses(...statuses: number[]): Record<number, string> 
 }
 
 /**
- * A plain collection page (no filter, no expand): sort over an allow-list, keyset cursor, fields,
- * cached member renderings, a fingerprint ETag. Products and users are listed this way.
+ * A plain collection page (at most one fixed filter, no expand): sort over an allow-list, keyset
+ * cursor, fields, cached member renderings, a fingerprint ETag. Products, users, teams and a
+ * team's members are listed this way.
  */
 export async function plainListPage<T extends { id: string; version: number }>(
   ctx: Ctx,
   opts: {
-    kind: 'product.list' | 'user.list' | 'team.list';
+    kind: 'product.list' | 'user.list' | 'team.list' | 'member.list';
     base: string;
+    /** The index filter (e.g. a team's id for its members); the cursor is bound to it. */
+    filter?: string;
     sorts: readonly string[];
+    defaultSort?: string;
     fields: readonly string[];
     /** Sorts whose values are strings; the others are numbers. */
     stringSorts: readonly string[];
@@ -116,16 +120,17 @@ export async function plainListPage<T extends { id: string; version: number }>(
   },
 ): Promise<Outcome> {
   const tenant = principalOf(ctx).tenant;
-  const { sort, dir } = parseSort(ctx.query, opts.sorts, '-createdAt');
+  const { sort, dir } = parseSort(ctx.query, opts.sorts, opts.defaultSort ?? '-createdAt');
+  const filterKey = opts.filter ?? '';
   const limit = parseLimit(ctx.query);
   const fields = parseFields(ctx.query, opts.fields);
   const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
-  const after = decodeCursor(ctx.query, '', sortKey, opts.stringSorts.includes(sort) ? 'string' : 'number');
+  const after = decodeCursor(ctx.query, filterKey, sortKey, opts.stringSorts.includes(sort) ? 'string' : 'number');
   // The kind decides the record type; the caller names both, so this cast is where they meet.
-  const pages = (await ctx.bus.gather({ kind: opts.kind, query: { tenant, filter: undefined, sort, dir, after, limit, withChildren: false } })) as unknown as ListPage<T>[];
+  const pages = (await ctx.bus.gather({ kind: opts.kind, query: { tenant, filter: opts.filter, sort, dir, after, limit, withChildren: false } })) as unknown as ListPage<T>[];
   const { rows, hasMore } = mergePages(pages, dir, limit);
   const last = rows[rows.length - 1];
-  const links = pageLinks(opts.base, ctx.query, hasMore && last ? encodeCursor('', sortKey, last.v, last.record.id) : undefined);
+  const links = pageLinks(opts.base, ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
   const variant = variantOf(fields, new Set());
   const records = rows.map((r) => r.record);
   return {

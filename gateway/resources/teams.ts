@@ -7,9 +7,8 @@ import { ApiError } from '../../common/errors.js';
 import { newId, parseId, partitionFor } from '../../common/ids.js';
 import type { MembershipRecord, TeamRecord, TeamRole } from '../../proto/messages.js';
 import { membershipId, TEAM_SORTS } from '../../actors/teams.js';
-import { LIST_PARAMS, decodeCursor, encodeCursor, fieldsParam, mergePages, pageFingerprint, pageLinks, pageText, parseFields, parseLimit, project, sortParam, variantOf } from '../collection.js';
+import { LIST_PARAMS, fieldsParam, parseFields, project, sortParam, variantOf } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
-import { cachedRendering } from '../representation.js';
 import { idParam, collectionSchema, iso, linksSchema, plainListPage, problemResponses, READ_ONLY } from './common.js';
 
 const BASE = '/v1/teams';
@@ -162,24 +161,19 @@ export const teamRoutes: RouteDef[] = [
     responses: { 200: 'A page of memberships.', ...problemResponses(400, 404) },
     response: collectionSchema(memberSchema),
     async handle(ctx) {
-      const h = home(ctx);
       const teamId = teamIdOf(ctx);
-      const fields = parseFields(ctx.query, MEMBER_FIELDS);
-      const limit = parseLimit(ctx.query);
-      const after = decodeCursor(ctx.query, teamId, 'joinedAt', 'number');
-      await ctx.bus.call({ kind: 'team.get', ...h, id: teamId }); // 404 for a team that is not there
-      const pages = await ctx.bus.gather({ kind: 'member.list', query: { tenant: h.tenant, filter: teamId, sort: 'joinedAt', dir: 'asc', after, limit, withChildren: false } });
-      const { rows, hasMore } = mergePages(pages, 'asc', limit);
-      const last = rows[rows.length - 1];
-      const base = `${BASE}/${teamId}/members`;
-      const links = pageLinks(base, ctx.query, hasMore && last ? encodeCursor(teamId, 'joinedAt', last.v, last.record.id) : undefined);
-      const variant = variantOf(fields, new Set());
-      const members = rows.map((r) => r.record);
-      return {
-        status: 200,
-        text: pageText(members.map((m) => cachedRendering(m.id, m.version, variant, () => project(renderMember(m), fields, new Set()))), hasMore, links),
-        tag: { fingerprint: pageFingerprint(members, variant, hasMore, links) },
-      };
+      const page = await plainListPage(ctx, {
+        kind: 'member.list',
+        base: `${BASE}/${teamId}/members`,
+        filter: teamId,
+        sorts: ['joinedAt'],
+        defaultSort: 'joinedAt',
+        fields: MEMBER_FIELDS,
+        stringSorts: [],
+        render: renderMember,
+      });
+      await ctx.bus.call({ kind: 'team.get', ...home(ctx), id: teamId }); // 404 for a team that is not there
+      return page;
     },
   }),
 
