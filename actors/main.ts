@@ -8,7 +8,7 @@ import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
 import { serveActorsOverNats } from '../common/nats-actor-server.js';
 import { parsePartitions, toRanges } from '../common/partitions.js';
-import { ActorHost } from './host.js';
+import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
 
 async function main(): Promise<void> {
@@ -20,8 +20,7 @@ async function main(): Promise<void> {
   const host = new ActorHost({
     dataDir: actorDataDir(config),
     partitions: new Set(partitions),
-    mailboxLimit: config.mailboxLimit,
-    idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
+    ...hostSettings(config),
     log,
   });
   const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m) });

@@ -8,7 +8,8 @@ import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import type { Logger } from '../common/log.js';
 import { jwtSecret } from '../common/secret.js';
-import { ActorHost } from '../actors/host.js';
+import { ActorHost, hostSettings } from '../actors/host.js';
+import type { RefundProcessor } from '../actors/refund-runner.js';
 import { Authenticator } from './auth.js';
 import { BusClient } from './bus-client.js';
 import { listen } from './http.js';
@@ -18,6 +19,7 @@ import { metaRoutes } from './resources/meta.js';
 import { orderBatchRoute } from './resources/order-batch.js';
 import { orderRoutes } from './resources/orders.js';
 import { productRoutes } from './resources/products.js';
+import { refundRoutes } from './resources/refunds.js';
 import { teamRoutes } from './resources/teams.js';
 import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
@@ -31,7 +33,7 @@ export interface Service {
 }
 
 export function allRoutes(): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
+  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...refundRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
   routes.push(...metaRoutes(() => routes));
   return routes;
 }
@@ -40,7 +42,13 @@ export function actorDataDir(config: Config): string {
   return join(config.dataDir, 'actors');
 }
 
-export async function startService(config: Config, log: Logger): Promise<Service> {
+/** What tests may put in place of the real parts. */
+export interface ServiceParts {
+  /** The payment processor embedded mode refunds through (default: simulated, REFUND_PROCESSING_MS). */
+  refundProcessor?: RefundProcessor;
+}
+
+export async function startService(config: Config, log: Logger, parts: ServiceParts = {}): Promise<Service> {
   let bus: Bus;
   let host: ActorHost | undefined;
   if (config.natsUrl) {
@@ -51,8 +59,8 @@ export async function startService(config: Config, log: Logger): Promise<Service
     host = new ActorHost({
       dataDir: actorDataDir(config),
       partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)),
-      mailboxLimit: config.mailboxLimit,
-      idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
+      ...hostSettings(config),
+      refundProcessor: parts.refundProcessor,
       log,
     });
     bus = new LocalBus(host, config.busTimeoutMs);
