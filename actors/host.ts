@@ -32,7 +32,7 @@ import { byUser, dropMemberships, memberActor, planTeamWrite, teamActor, type Te
 import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type EmailClaim } from './users.js';
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
-import { RefundRunner, simulatedProcessor, type RefundProcessor } from './refund-runner.js';
+import { MAX_JOBS, RefundRunner, simulatedProcessor, type RefundProcessor } from './refund-runner.js';
 import { operationActor, planOperationSweep, planRefundStart, refundActor, type RefundTables } from './refunds.js';
 
 export interface HostOptions {
@@ -51,6 +51,8 @@ export interface HostOptions {
   refundProcessor?: RefundProcessor;
   /** REFUND_PROCESSING_MS: the default processor's latency. */
   refundProcessingMs?: number;
+  /** How long one processor call may take before it is abandoned and asked again (default 30 s). */
+  refundProcessorTimeoutMs?: number;
   /** Wall clock for record timestamps and key expiry; tests move it. */
   now?: () => number;
   log: Logger;
@@ -127,6 +129,7 @@ export class ActorHost implements ActorEndpoint {
   private readonly now: () => number;
   private readonly sweeper: NodeJS.Timeout;
   private sweeping = false;
+  private sweepingOperations = false;
   private closing = false;
   readonly stats = new Map<string, Stat>();
 
@@ -168,6 +171,7 @@ export class ActorHost implements ActorEndpoint {
       tables: this.refundTables,
       processor: opts.refundProcessor ?? simulatedProcessor(opts.refundProcessingMs ?? 500),
       retentionMs: opts.operationRetentionMs ?? DAY_MS,
+      processorTimeoutMs: opts.refundProcessorTimeoutMs ?? 30_000,
       commit: (orderId, kind, plan) => this.internalTurn(orderId, kind, plan),
       log: opts.log,
     });
@@ -304,23 +308,36 @@ export class ActorHost implements ActorEndpoint {
    * bounded chunk per pass; the refund itself stays.
    */
   async sweepOperations(): Promise<number> {
-    const now = this.now();
-    const due = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['done'], after: undefined, reverse: false, limit: SWEEP_BATCH });
+    if (this.sweepingOperations) return 0;
+    this.sweepingOperations = true;
     let removed = 0;
-    await Promise.all(
-      due
-        .filter(({ v }) => typeof v === 'number' && v <= now)
-        .map(async ({ id }) => {
-          const op = this.refundTables.operations.get(id);
-          if (!op) return;
-          try {
-            if (await this.internalTurn(op.orderId, 'operation.sweep', (at) => planOperationSweep(id, this.refundTables, at))) removed++;
-          } catch (err) {
-            this.opts.log.warn({ err }, 'operation sweep could not remove an operation');
-          }
-        }),
-    );
-    return removed;
+    try {
+      // Chunk after chunk until none is due, so the sweep keeps up with any rate of refunds.
+      while (!this.closing) {
+        const now = this.now();
+        const due = this.store
+          .scan(this.refundTables.operations as Table<unknown>, { prefix: ['done'], after: undefined, reverse: false, limit: SWEEP_BATCH })
+          .filter(({ v }) => typeof v === 'number' && v <= now);
+        const gone = await Promise.all(due.map(({ id }) => this.sweepOperation(id)));
+        const count = gone.filter(Boolean).length;
+        removed += count;
+        if (due.length < SWEEP_BATCH || count === 0) break;
+      }
+      return removed;
+    } finally {
+      this.sweepingOperations = false;
+    }
+  }
+
+  private async sweepOperation(id: string): Promise<boolean> {
+    const op = this.refundTables.operations.get(id);
+    if (!op) return false;
+    try {
+      return (await this.internalTurn(op.orderId, 'operation.sweep', (at) => planOperationSweep(id, this.refundTables, at))) !== undefined;
+    } catch (err) {
+      this.opts.log.warn({ err }, 'operation sweep could not remove an operation');
+      return false;
+    }
   }
 
   /** Operations still running in the background on this node. */
@@ -328,11 +345,15 @@ export class ActorHost implements ActorEndpoint {
     return this.refunds.active;
   }
 
-  /** Starts a job for every unfinished operation this node owns that has none. */
+  /**
+   * Starts a job for unfinished operations this node owns that have none, oldest first, as many
+   * as the runner has room for; the rest wait for the next pass.
+   */
   private resumeOperations(): void {
-    if (this.closing) return;
-    const open = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['open'], after: undefined, reverse: false, limit: Number.MAX_SAFE_INTEGER });
+    if (this.closing || this.refunds.room <= 0) return;
+    const open = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['open'], after: undefined, reverse: false, limit: MAX_JOBS * 2 });
     for (const { id } of open) {
+      if (this.refunds.room <= 0) return;
       const op = this.refundTables.operations.get(id);
       if (op && this.owns(partitionOf(op.orderId))) this.refunds.kick(op);
     }

@@ -35,15 +35,21 @@ export function simulatedProcessor(latencyMs: number): RefundProcessor {
   };
 }
 
-/** Waits between processor attempts that threw; the last entry repeats. */
+/** Waits between processor attempts that failed; the last entry repeats. */
 const BACKOFF_MS = [1_000, 5_000, 30_000, 120_000, 600_000];
-/** Processor calls before an operation fails as unavailable. */
-export const MAX_ATTEMPTS = 8;
+/** Failed processor calls in a row (in one run of a job) before the operation fails as unavailable. */
+export const MAX_FAILURES = 8;
+/** Jobs running at once on a node; more wait for the next resume pass. */
+export const MAX_JOBS = 256;
+/** How long close() waits for jobs to stop before it lets go of them. */
+const CLOSE_GRACE_MS = 2_000;
 
 export interface RunnerDeps {
   tables: RefundTables;
   processor: RefundProcessor;
   retentionMs: number;
+  /** How long one processor call may take before it counts as failed (and is asked again). */
+  processorTimeoutMs: number;
   /** Runs `plan` in the order's turn and commits what it writes, durably; resolves to the plan committed. */
   commit(orderId: string, kind: string, plan: (now: number) => Plan | undefined): Promise<Plan | undefined>;
   log: Logger;
@@ -55,9 +61,17 @@ export class RefundRunner {
 
   constructor(private readonly deps: RunnerDeps) {}
 
-  /** Starts the job for an operation unless one runs already; finished operations are ignored. */
+  /** Room for more jobs right now. */
+  get room(): number {
+    return this.stop.signal.aborted ? 0 : MAX_JOBS - this.jobs.size;
+  }
+
+  /**
+   * Starts the job for an operation unless one runs already or the node is at MAX_JOBS (the next
+   * resume pass takes it then); finished operations are ignored.
+   */
   kick(op: Pick<OperationRecord, 'id' | 'orderId'>): void {
-    if (this.jobs.has(op.id) || this.stop.signal.aborted) return;
+    if (this.jobs.has(op.id) || this.room <= 0) return;
     const job = this.run(op.id, op.orderId)
       .catch((err: unknown) => {
         // Left pending or running in LMDB: the next resume pass picks it up again.
@@ -71,36 +85,52 @@ export class RefundRunner {
     return this.jobs.size;
   }
 
-  /** Stops taking jobs and abandons the running ones where they are; a restart resumes them. */
+  /**
+   * Stops taking jobs and abandons the running ones where they are (a processor answer already in
+   * hand is still committed); a restart resumes them. A processor that ignores the abort is let go
+   * after a short grace: its job commits nothing more.
+   */
   async close(): Promise<void> {
     this.stop.abort();
-    await Promise.allSettled([...this.jobs.values()]);
+    await Promise.race([Promise.allSettled([...this.jobs.values()]), sleep(CLOSE_GRACE_MS, undefined, { ref: false })]);
   }
 
   private async run(opId: string, orderId: string): Promise<void> {
     const { tables, processor, retentionMs, commit } = this.deps;
-    for (;;) {
+    for (let failures = 0; ; ) {
       const started = await commit(orderId, 'refund.run', (now) => planRefundRun(opId, tables, now));
       const op = started?.reply as OperationRecord | undefined;
       const refund = op && tables.refunds.get(op.refundId);
       if (!op || !refund) return; // finished meanwhile, or gone
       let outcome: ProcessorOutcome | undefined;
       try {
-        outcome = await processor.refund({ refundId: refund.id, orderId: refund.orderId, amount: refund.amount, currency: refund.currency }, this.stop.signal);
+        const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(this.deps.processorTimeoutMs)]);
+        outcome = await untilAborted(processor.refund({ refundId: refund.id, orderId: refund.orderId, amount: refund.amount, currency: refund.currency }, signal), signal);
       } catch (err) {
         if (this.stop.signal.aborted) return;
-        this.deps.log.warn({ err, operation: opId, attempt: op.attempts }, 'payment processor failed; retrying');
-        if (op.attempts >= MAX_ATTEMPTS) {
-          outcome = { ok: false, error: { code: 'unavailable', detail: `The payment processor could not be reached after ${op.attempts} attempts.` } };
+        failures++;
+        this.deps.log.warn({ err, operation: opId, failures }, 'payment processor failed; retrying');
+        if (failures >= MAX_FAILURES) {
+          outcome = { ok: false, error: { code: 'unavailable', detail: `The payment processor could not be reached (${failures} attempts).` } };
         }
       }
-      if (this.stop.signal.aborted) return;
       if (outcome) {
         const result = outcome;
+        // Committed even while stopping: the store closes only after the jobs are done.
         await commit(orderId, 'refund.finish', (now) => planRefundFinish(opId, result, tables, now, retentionMs));
         return;
       }
-      await sleep(BACKOFF_MS[Math.min(op.attempts - 1, BACKOFF_MS.length - 1)], undefined, { signal: this.stop.signal });
+      await sleep(BACKOFF_MS[Math.min(failures - 1, BACKOFF_MS.length - 1)], undefined, { signal: this.stop.signal });
     }
   }
+}
+
+/** The work's result, or a rejection as soon as `signal` aborts, whether or not the work heeds it. */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }

@@ -77,6 +77,9 @@ export function planRefundStart(cmd: CommandOf<'refund.create'>, t: RefundTables
     throw new ApiError('invalid-state', `An order takes at most ${MAX_REFUNDS_PER_ORDER} refunds.`);
   }
   const left = orderLeft(order);
+  if (left <= 0) {
+    throw new ApiError('invalid-state', `Nothing is left to refund: ${order.refundHeld ?? 0} ${order.currency} is held by refunds still processing.`);
+  }
   const amount = cmd.amount ?? left;
   if (amount <= 0 || amount > left) {
     const held = order.refundHeld ? `, ${order.refundHeld} of it held by refunds still processing` : '';
@@ -145,13 +148,21 @@ export type ProcessorOutcome = { ok: true } | { ok: false; error: WireError };
 export function planRefundFinish(opId: string, outcome: ProcessorOutcome, t: RefundTables, now: number, retentionMs: number): Plan | undefined {
   const op = t.operations.get(opId);
   const refund = op && t.refunds.get(op.refundId);
-  const order = op && t.orders.get(op.orderId);
-  if (!op || !refund || !order || op.status !== 'running') return undefined;
-  const held = Math.max(0, (order.refundHeld ?? 0) - refund.amount);
+  if (!op || !refund || op.status !== 'running') return undefined;
+  const order = t.orders.get(op.orderId);
+  const done = { finishedAt: now, expiresAt: now + retentionMs };
+  if (!order) {
+    // Cannot happen while paid and refunded orders refuse DELETE; if it did, end the job, loudly.
+    const error: WireError = { code: 'internal', detail: 'The order of this refund no longer exists.' };
+    const failedRefund: RefundRecord = { ...refund, updatedAt: now, status: 'failed', failureReason: error.detail, version: refund.version + 1 };
+    const failedOp: OperationRecord = { ...op, updatedAt: now, ...done, status: 'failed', error, version: op.version + 1 };
+    return { writes: [write(t.refunds, refund.id, refund, failedRefund), write(t.operations, op.id, op, failedOp)], reply: failedOp };
+  }
+  const held = (order.refundHeld ?? 0) - refund.amount;
+  if (held < 0) throw new Error(`refund ${refund.id} releases more than its order ${order.id} holds`);
   let nextOrder: OrderRecord;
   let nextRefund: RefundRecord;
   let nextOp: OperationRecord;
-  const done = { finishedAt: now, expiresAt: now + retentionMs };
   if (outcome.ok) {
     const refunded = (order.refunded ?? 0) + refund.amount;
     const status = refunded >= order.total ? 'refunded' : order.status;

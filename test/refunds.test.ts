@@ -170,6 +170,36 @@ test('a processor that throws is asked again after a pause; the operation then s
   }
 });
 
+test('a processor call that hangs, even one that ignores the abort, is abandoned after its timeout and asked again; close() does not wait for it', async (t) => {
+  const dir = await tempDir('refund-hang');
+  let calls = 0;
+  const never = new Promise<never>(() => {});
+  const host = open(dir, {
+    refundProcessorTimeoutMs: 100,
+    refundProcessor: { refund: () => (++calls === 1 ? never : Promise.resolve({ ok: true as const })) },
+  });
+  try {
+    const order = await paid(host, 900);
+    const op = await startRefund(host, order);
+    const done = await until(host, op.id, 'succeeded', 'failed');
+    t.is(done.status, 'succeeded');
+    t.is(calls, 2);
+  } finally {
+    await host.close();
+  }
+  const stuckHost = open(dir, { refundProcessor: { refund: () => never } });
+  try {
+    const order = await paid(stuckHost, 900);
+    const op = await startRefund(stuckHost, order);
+    await until(stuckHost, op.id, 'running');
+  } finally {
+    const started = Date.now();
+    await stuckHost.close();
+    t.true(Date.now() - started < 5_000, `close took ${Date.now() - started} ms`);
+    await removeDir(dir);
+  }
+});
+
 test('finished operations are swept after their retention; the refund stays; unfinished ones are not', async (t) => {
   const dir = await tempDir('refund-sweep');
   let now = Date.parse('2026-01-01T00:00:00Z');

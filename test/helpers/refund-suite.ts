@@ -98,8 +98,22 @@ export function registerRefundSuite(test: TestFn<SuiteContext>): void {
     const first = await c.post('/v1/refunds', { orderId: order.id, amount: order.total - 500 });
     t.is(first.status, 202, first.text);
     assertProblem(t, await c.post('/v1/refunds', { orderId: order.id, amount: 501 }), 422, 'validation-failed', { pointer: '/amount', detail: /at most 500/ });
+    const second = await c.post('/v1/refunds', { orderId: order.id });
+    t.is(second.status, 202, 'no amount: the 500 that is left');
+    assertProblem(t, await c.post('/v1/refunds', { orderId: order.id }), 409, 'invalid-state');
     t.not((await c.get(`/v1/orders/${order.id}`)).headers.etag, orderNow.headers.etag, 'the hold is a change to the order');
+    // The order's own members may change while its refunds run; the money stays with the refunds.
+    const patched = await c.patch(`/v1/orders/${order.id}`, { note: 'refunding' });
+    t.is(patched.status, 200, patched.text);
+    const polled = await c.get(first.headers.location!);
+    t.is(polled.headers['cache-control'], 'private, no-cache');
     await settle(t, c, first.headers.location!);
+    await settle(t, c, second.headers.location!);
+    const after = await c.get(`/v1/orders/${order.id}`);
+    t.like(after.json, { status: 'refunded', note: 'refunding' });
+    const refundHref = `/v1/refunds/${(await c.get(`/v1/refunds?orderId=${order.id}`)).json.data[0].id}`;
+    assertProblem(t, await other.get(refundHref), 404, 'not-found');
+    t.deepEqual((await other.get(`/v1/refunds?orderId=${order.id}`)).json.data, [], 'another tenant lists none of them');
 
     assertProblem(t, await c.get('/v1/operations/op_nope'), 404, 'not-found');
     assertProblem(t, await other.get(first.headers.location!), 404, 'not-found');
