@@ -21,6 +21,9 @@ import { productRoutes } from './resources/products.js';
 import { teamRoutes } from './resources/teams.js';
 import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
+import { eventRoutes } from './resources/events.js';
+import { webhookRoutes } from './resources/webhooks.js';
+import { dispatchOptions, type WebhookHooks } from './webhook-wiring.js';
 
 export interface Service {
   url: string;
@@ -30,8 +33,9 @@ export interface Service {
   close(): Promise<void>;
 }
 
-export function allRoutes(): RouteDef[] {
+export function allRoutes(hooks: WebhookHooks = {}): RouteDef[] {
   const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
+  routes.push(...eventRoutes, ...webhookRoutes(hooks));
   routes.push(...metaRoutes(() => routes));
   return routes;
 }
@@ -40,7 +44,8 @@ export function actorDataDir(config: Config): string {
   return join(config.dataDir, 'actors');
 }
 
-export async function startService(config: Config, log: Logger): Promise<Service> {
+/** `hooks`: test-only seams for webhooks (a DNS resolver, a CA to trust). */
+export async function startService(config: Config, log: Logger, hooks: WebhookHooks = {}): Promise<Service> {
   let bus: Bus;
   let host: ActorHost | undefined;
   if (config.natsUrl) {
@@ -54,11 +59,12 @@ export async function startService(config: Config, log: Logger): Promise<Service
       mailboxLimit: config.mailboxLimit,
       idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
       log,
+      ...dispatchOptions(config, log, hooks),
     });
     bus = new LocalBus(host, config.busTimeoutMs);
   }
   const gateway = createGateway({
-    routes: allRoutes(),
+    routes: allRoutes(hooks),
     auth: new Authenticator(jwtSecret(config.jwtSecret, config.dataDir)),
     bus: new BusClient(bus),
     config,

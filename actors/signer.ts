@@ -1,0 +1,72 @@
+// Batched signing for webhook fan-out (issue 5, ARCHITECTURE "Hot paths"). Deliveries ask for
+// their signatures one by one; the signer gathers the requests of one event-loop turn and signs
+// them together: inline when the batch is small (a piscina hand-off costs more than a few
+// HMACs), otherwise split into one task per pool thread, each signing many deliveries.
+// bench/webhook-signing.ts measures both sides of the threshold.
+
+import { availableParallelism } from 'node:os';
+import { Piscina } from 'piscina';
+import { sign, type Signatures, type SignTask } from '../common/webhook-signature.js';
+
+/** Bytes to HMAC (body × secrets × 2 schemes) below which a batch is signed inline. */
+export const INLINE_BYTES = 256 * 1024;
+
+interface Pending {
+  task: SignTask;
+  resolve: (s: Signatures) => void;
+  reject: (err: unknown) => void;
+}
+
+export class Signer {
+  private pool: Piscina | undefined;
+  private queue: Pending[] = [];
+  private scheduled = false;
+
+  constructor(private readonly opts: { inlineBytes?: number; threads?: number } = {}) {}
+
+  sign(task: SignTask): Promise<Signatures> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ task, resolve, reject });
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  /** Signs `tasks` as one batch, in the pool or inline by size. */
+  async signMany(tasks: SignTask[]): Promise<Signatures[]> {
+    const bytes = tasks.reduce((n, t) => n + t.body.length * t.secrets.length * 2, 0);
+    if (bytes < (this.opts.inlineBytes ?? INLINE_BYTES)) return tasks.map(sign);
+    const pool = this.poolOf();
+    const chunks = Math.min(pool.options.maxThreads, Math.ceil(tasks.length / 16));
+    const size = Math.ceil(tasks.length / chunks);
+    const parts: Promise<Signatures[]>[] = [];
+    for (let i = 0; i < tasks.length; i += size) parts.push(pool.run(tasks.slice(i, i + size)) as Promise<Signatures[]>);
+    return (await Promise.all(parts)).flat();
+  }
+
+  async close(): Promise<void> {
+    await this.pool?.destroy();
+    this.pool = undefined;
+  }
+
+  private poolOf(): Piscina {
+    this.pool ??= new Piscina({
+      filename: new URL('./sign-worker.js', import.meta.url).href,
+      maxThreads: this.opts.threads ?? Math.max(1, availableParallelism() - 1),
+      idleTimeout: 30_000,
+    });
+    return this.pool;
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    const batch = this.queue;
+    this.queue = [];
+    this.signMany(batch.map((p) => p.task)).then(
+      (sigs) => batch.forEach((p, i) => p.resolve(sigs[i]!)),
+      (err: unknown) => batch.forEach((p) => p.reject(err)),
+    );
+  }
+}
