@@ -24,7 +24,10 @@ export const systemResolver: Resolver = async (hostname) => {
   return found.map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
 };
 
-const blocked = new BlockList();
+// Two lists: Node's BlockList checks an IPv4 address against IPv6 rules too (as if mapped), so
+// one list holding ::ffff:0:0/96 would refuse every IPv4 address.
+const blocked4 = new BlockList();
+const blocked6 = new BlockList();
 for (const [net, bits] of [
   ['0.0.0.0', 8], // "this network"
   ['10.0.0.0', 8], // RFC 1918
@@ -42,7 +45,7 @@ for (const [net, bits] of [
   ['224.0.0.0', 4], // multicast
   ['240.0.0.0', 4], // reserved, broadcast
 ] as const) {
-  blocked.addSubnet(net, bits, 'ipv4');
+  blocked4.addSubnet(net, bits, 'ipv4');
 }
 for (const [net, bits] of [
   ['::', 128], // unspecified
@@ -59,14 +62,14 @@ for (const [net, bits] of [
   ['fec0::', 10], // site-local (deprecated)
   ['ff00::', 8], // multicast
 ] as const) {
-  blocked.addSubnet(net, bits, 'ipv6');
+  blocked6.addSubnet(net, bits, 'ipv6');
 }
 
 /** Why an address may not be a webhook target, or undefined when it is public. */
 export function refusedAddress(address: string): string | undefined {
   const family = isIP(address);
   if (family === 0) return `${address} is not an IP address`;
-  if (blocked.check(address, family === 6 ? 'ipv6' : 'ipv4')) return `${address} is not a public address`;
+  if (family === 6 ? blocked6.check(address, 'ipv6') : blocked4.check(address, 'ipv4')) return `${address} is not a public address`;
   return undefined;
 }
 
