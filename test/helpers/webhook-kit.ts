@@ -18,6 +18,7 @@ import type { WebhookHooks } from '../../gateway/webhook-wiring.js';
 import { Api } from './client.js';
 
 export interface Received {
+  path: string;
   headers: http.IncomingHttpHeaders;
   raw: Buffer;
   // Tests read many event shapes; the members they touch are asserted.
@@ -30,7 +31,7 @@ export interface Receiver {
   port: number;
   got: Received[];
   /** Decides the status of each request (200 by default), with extra headers. */
-  answer: (r: Received, n: number) => { status: number; headers?: Record<string, string> };
+  answer: (r: Received, n: number) => { status: number; headers?: Record<string, string>; delayMs?: number };
   /** Stops listening (connections refused from then on) but keeps `got`. */
   stop(): Promise<void>;
   /** Listens again on the same port. */
@@ -51,11 +52,15 @@ export async function startReceiver(opts: { tls?: { key: string; cert: string };
       } catch {
         json = undefined;
       }
-      const r: Received = { headers: req.headers, raw, json };
+      const r: Received = { path: req.url ?? '', headers: req.headers, raw, json };
       got.push(r);
       const a = receiver.answer(r, got.length);
-      res.writeHead(a.status, a.headers ?? {});
-      res.end('ok');
+      const reply = (): void => {
+        res.writeHead(a.status, a.headers ?? {});
+        res.end('ok');
+      };
+      if (a.delayMs) setTimeout(reply, a.delayMs);
+      else reply();
     });
   };
   let server = opts.tls ? https.createServer(opts.tls, handler) : http.createServer(handler);
