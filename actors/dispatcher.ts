@@ -88,6 +88,7 @@ export class Dispatcher {
   private pumpTimer: NodeJS.Timeout | undefined;
   private closing = false;
   private readonly busy = new Set<Promise<unknown>>();
+  private outcomes: { write: Write<unknown>; done: (err?: unknown) => void }[] = [];
 
   constructor(
     private readonly store: Store,
@@ -394,7 +395,27 @@ export class Dispatcher {
       attempts: [...d.attempts, attempt],
       updatedAt: attempt.at,
     };
-    await this.store.commit([{ table: this.deliveries as Table<unknown>, id: d.id, before: d, after }]);
+    await this.commitSoon({ table: this.deliveries as Table<unknown>, id: d.id, before: d, after });
+  }
+
+  /**
+   * Outcomes settled in one event-loop turn share one transaction: a fan-out's answers arrive
+   * together, and one commit of many records costs far less than many commits of one.
+   */
+  private commitSoon(write: Write<unknown>): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.outcomes.length === 0) {
+        setImmediate(() => {
+          const batch = this.outcomes;
+          this.outcomes = [];
+          this.store.commit(batch.map((o) => o.write)).then(
+            () => batch.forEach((o) => o.done()),
+            (err: unknown) => batch.forEach((o) => o.done(err)),
+          );
+        });
+      }
+      this.outcomes.push({ write, done: (err) => (err === undefined ? resolve() : reject(err as Error)) });
+    });
   }
 
   private async disable(endpoint: EndpointRecord, reason: string): Promise<void> {
