@@ -5,7 +5,9 @@
 // its own acknowledged writes.
 
 import type { ActorEndpoint } from '../common/bus.js';
-import { ApiError, toWire } from '../common/errors.js';
+import type { Config } from '../common/config.js';
+import { ApiError, fromWire, toWire } from '../common/errors.js';
+import { partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import { Store, type Table, type TableSpec, type Write } from '../storage/store.js';
 import {
@@ -19,6 +21,8 @@ import {
   type UserRecord,
   type TeamRecord,
   type MembershipRecord,
+  type OperationRecord,
+  type RefundRecord,
   type Result,
 } from '../proto/messages.js';
 import type { ActorDef, Versioned } from './actor.js';
@@ -33,6 +37,8 @@ import { deliveryActor, endpointActor } from './webhooks.js';
 import { Dispatcher, type DispatchOptions } from './dispatcher.js';
 import { sweepEvents } from './event-sweep.js';
 import type { EventRecord, OutboxEntry } from '../proto/webhooks.js';
+import { RefundRunner, simulatedProcessor, type RefundProcessor } from './refund-runner.js';
+import { operationActor, planOperationSweep, planRefundStart, refundActor, type RefundTables } from './refunds.js';
 
 export interface HostOptions {
   dataDir: string;
@@ -44,6 +50,12 @@ export interface HostOptions {
   inflightLimit?: number;
   /** How long an Idempotency-Key's result is kept (IDEMPOTENCY_TTL_HOURS). */
   idempotencyTtlMs?: number;
+  /** How long a finished operation stays readable (OPERATION_RETENTION_HOURS). */
+  operationRetentionMs?: number;
+  /** The payment processor refunds go to; by default one that succeeds after `refundProcessingMs`. */
+  refundProcessor?: RefundProcessor;
+  /** REFUND_PROCESSING_MS: the default processor's latency. */
+  refundProcessingMs?: number;
   /** Wall clock for record timestamps and key expiry; tests move it. */
   now?: () => number;
   log: Logger;
@@ -51,6 +63,16 @@ export interface HostOptions {
   eventRetentionMs?: number;
   /** Webhook delivery settings; without them events are kept but not dispatched. */
   webhooks?: DispatchOptions;
+}
+
+/** The host settings that come from the environment, alike for embedded mode and actor nodes. */
+export function hostSettings(config: Config): Pick<HostOptions, 'mailboxLimit' | 'idempotencyTtlMs' | 'operationRetentionMs' | 'refundProcessingMs'> {
+  return {
+    mailboxLimit: config.mailboxLimit,
+    idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
+    operationRetentionMs: config.operationRetentionHours * 3600_000,
+    refundProcessingMs: config.refundProcessingMs,
+  };
 }
 
 interface Mailbox {
@@ -101,9 +123,11 @@ const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
-  private readonly actors: Record<'order' | 'product' | 'user' | 'article' | 'team' | 'member' | 'webhook' | 'event' | 'delivery', Bound>;
   private readonly events: { events: Table<EventRecord>; outbox: Table<OutboxEntry> };
   private readonly dispatcher: Dispatcher | undefined;
+  private readonly actors: Record<'order' | 'product' | 'user' | 'article' | 'team' | 'member' | 'refund' | 'operation' | 'webhook' | 'event' | 'delivery', Bound>;
+  private readonly refundTables: RefundTables;
+  private readonly refunds: RefundRunner;
   private readonly teamTables: TeamTables;
   private readonly claims: Table<EmailClaim>;
   private readonly idem: Table<IdemRecord>;
@@ -136,6 +160,8 @@ export class ActorHost implements ActorEndpoint {
       webhook: bind(endpointActor),
       event: bind(eventActor),
       delivery: bind(deliveryActor),
+      refund: bind(refundActor),
+      operation: bind(operationActor),
     };
     this.events = { events: this.store.table(EVENTS), outbox: this.store.table(OUTBOX) };
     const members = this.actors.member;
@@ -148,9 +174,25 @@ export class ActorHost implements ActorEndpoint {
     };
     this.claims = this.store.table(EMAIL_CLAIMS);
     this.idem = this.store.table(IDEMPOTENCY);
+    this.refundTables = {
+      orders: this.actors.order.table as unknown as Table<OrderRecord>,
+      refunds: this.actors.refund.table as unknown as Table<RefundRecord>,
+      operations: this.actors.operation.table as unknown as Table<OperationRecord>,
+    };
+    this.refunds = new RefundRunner({
+      tables: this.refundTables,
+      processor: opts.refundProcessor ?? simulatedProcessor(opts.refundProcessingMs ?? 500),
+      retentionMs: opts.operationRetentionMs ?? DAY_MS,
+      commit: (orderId, kind, plan) => this.internalTurn(orderId, kind, plan),
+      log: opts.log,
+    });
+    // Operations cut off by the last stop carry on now (and any a failed commit left, each minute).
+    this.resumeOperations();
     this.sweeper = setInterval(() => {
       void this.sweepIdempotency();
+      void this.sweepOperations();
       void this.sweepEvents();
+      this.resumeOperations();
     }, SWEEP_EVERY_MS).unref();
     this.dispatcher = opts.webhooks
       ? new Dispatcher(this.store, opts.webhooks, { owns: (p) => this.owns(p), send: (cmd) => this.handle(cmd), now: this.now, log: opts.log })
@@ -185,6 +227,11 @@ export class ActorHost implements ActorEndpoint {
         const cascade = (): Write<unknown>[] => dropMemberships(this.teamTables, cmd.tenant, byUser(cmd.id));
         return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
       }
+      case 'refund.create':
+        return this.write(cmd, [cmd.orderId], (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {
+          if (result.ok && !result.replayed) this.refunds.kick(result.value as OperationRecord);
+          return result;
+        });
       case 'team.create':
       case 'team.delete':
       case 'member.add':
@@ -234,6 +281,8 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.event, q);
         case 'delivery.list':
           return this.list(this.actors.delivery, q);
+        case 'refund.list':
+          return this.list(this.actors.refund, q);
         default:
           return assertNever(q);
       }
@@ -281,10 +330,65 @@ export class ActorHost implements ActorEndpoint {
     }
   }
 
+  /**
+   * Removes finished operations past OPERATION_RETENTION_HOURS, each in its order's turn, a
+   * bounded chunk per pass; the refund itself stays.
+   */
+  async sweepOperations(): Promise<number> {
+    const now = this.now();
+    const due = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['done'], after: undefined, reverse: false, limit: SWEEP_BATCH });
+    let removed = 0;
+    await Promise.all(
+      due
+        .filter(({ v }) => typeof v === 'number' && v <= now)
+        .map(async ({ id }) => {
+          const op = this.refundTables.operations.get(id);
+          if (!op) return;
+          try {
+            if (await this.internalTurn(op.orderId, 'operation.sweep', (at) => planOperationSweep(id, this.refundTables, at))) removed++;
+          } catch (err) {
+            this.opts.log.warn({ err }, 'operation sweep could not remove an operation');
+          }
+        }),
+    );
+    return removed;
+  }
+
+  /** Operations still running in the background on this node. */
+  get runningOperations(): number {
+    return this.refunds.active;
+  }
+
+  /** Starts a job for every unfinished operation this node owns that has none. */
+  private resumeOperations(): void {
+    if (this.closing) return;
+    const open = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['open'], after: undefined, reverse: false, limit: Number.MAX_SAFE_INTEGER });
+    for (const { id } of open) {
+      const op = this.refundTables.operations.get(id);
+      if (op && this.owns(partitionOf(op.orderId))) this.refunds.kick(op);
+    }
+  }
+
+  /** A turn of the service's own (background jobs, sweeps): holds the order, commits durably. */
+  private async internalTurn(orderId: string, kind: string, plan: (now: number) => Plan | undefined): Promise<Plan | undefined> {
+    const result = await this.holding([orderId], () =>
+      this.wrapped(kind, async () => {
+        const p = plan(this.now());
+        const writes = p?.events?.length ? [...p.writes, ...eventWrites(p.events, this.events)] : (p?.writes ?? []);
+        if (writes.length) await this.store.commit(writes);
+        if (p?.events?.length) this.dispatcher?.kick();
+        return p;
+      }),
+    );
+    if (!result.ok) throw fromWire(result.error);
+    return result.value as Plan | undefined;
+  }
+
   async close(): Promise<void> {
     this.closing = true;
     clearInterval(this.sweeper);
     await this.dispatcher?.close();
+    await this.refunds.close();
     await Promise.allSettled([...this.boxes.values()].map((b) => b.tail));
     await this.store.close();
   }
@@ -299,6 +403,8 @@ export class ActorHost implements ActorEndpoint {
     if (kind.startsWith('article.')) return this.actors.article;
     if (kind.startsWith('webhook.')) return this.actors.webhook;
     if (kind.startsWith('event.')) return this.actors.event;
+    if (kind.startsWith('refund.')) return this.actors.refund;
+    if (kind.startsWith('operation.')) return this.actors.operation;
     throw new Error(`no actor for ${kind}`);
   }
 

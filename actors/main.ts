@@ -8,7 +8,7 @@ import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
 import { serveActorsOverNats } from '../common/nats-actor-server.js';
 import { parsePartitions, toRanges } from '../common/partitions.js';
-import { ActorHost } from './host.js';
+import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
 import { connectNatsBus } from '../common/nats-bus.js';
 import { dispatchOptions } from '../gateway/webhook-wiring.js';
@@ -24,8 +24,7 @@ async function main(): Promise<void> {
   const host = new ActorHost({
     dataDir: actorDataDir(config),
     partitions: new Set(partitions),
-    mailboxLimit: config.mailboxLimit,
-    idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
+    ...hostSettings(config),
     log,
     ...dispatchOptions(config, log, {}, remote),
   });

@@ -13,6 +13,8 @@ export interface Config {
   rateLimitBurst: number;
   idempotencyTtlHours: number;
   operationRetentionHours: number;
+  /** Latency of the stand-in payment processor that refunds go through. */
+  refundProcessingMs: number;
   eventRetentionDays: number;
   webhookRetrySchedule: number[];
   webhookTimeoutMs: number;
@@ -61,6 +63,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitBurst: int(env, 'RATE_LIMIT_BURST', 2000, 1, 10_000_000),
     idempotencyTtlHours: int(env, 'IDEMPOTENCY_TTL_HOURS', 24, 1, 24 * 365),
     operationRetentionHours: int(env, 'OPERATION_RETENTION_HOURS', 24, 1, 24 * 365),
+    refundProcessingMs: int(env, 'REFUND_PROCESSING_MS', 500, 0, 600_000),
     eventRetentionDays: int(env, 'EVENT_RETENTION_DAYS', 30, 1, 3650),
     webhookRetrySchedule: schedule.map(Number),
     webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10000, 100, 120000),

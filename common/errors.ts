@@ -28,6 +28,11 @@ export const PROBLEMS = {
   },
   'idempotency-key-reused': { status: 422, title: 'Idempotency key reused', doc: 'The `Idempotency-Key` was first used for a different method, path or body.' },
   'idempotency-key-in-flight': { status: 409, title: 'Idempotency key in flight', doc: 'A request with this `Idempotency-Key` is still running. Retry after `Retry-After` seconds.' },
+  'refund-declined': {
+    status: 402,
+    title: 'Refund declined',
+    doc: 'The payment processor refused the refund. It appears as the `error` of the refund\'s operation; the amount is free to refund again.',
+  },
   'rate-limited': { status: 429, title: 'Rate limited', doc: 'Too many requests for this principal. Retry after `Retry-After` seconds.' },
   internal: { status: 500, title: 'Internal error', doc: 'An unexpected failure. Quote the `traceId` when reporting it.' },
   unavailable: { status: 503, title: 'Service unavailable', doc: 'The service is overloaded or a dependency is down. Retry after `Retry-After` seconds.' },

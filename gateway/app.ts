@@ -8,7 +8,8 @@ import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import type { Logger } from '../common/log.js';
 import { jwtSecret } from '../common/secret.js';
-import { ActorHost } from '../actors/host.js';
+import { ActorHost, hostSettings } from '../actors/host.js';
+import type { RefundProcessor } from '../actors/refund-runner.js';
 import { Authenticator } from './auth.js';
 import { BusClient } from './bus-client.js';
 import { listen } from './http.js';
@@ -18,6 +19,7 @@ import { metaRoutes } from './resources/meta.js';
 import { orderBatchRoute } from './resources/order-batch.js';
 import { orderRoutes } from './resources/orders.js';
 import { productRoutes } from './resources/products.js';
+import { refundRoutes } from './resources/refunds.js';
 import { teamRoutes } from './resources/teams.js';
 import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
@@ -34,7 +36,7 @@ export interface Service {
 }
 
 export function allRoutes(hooks: WebhookHooks = {}): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
+  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...refundRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
   routes.push(...eventRoutes, ...webhookRoutes(hooks));
   routes.push(...metaRoutes(() => routes));
   return routes;
@@ -44,8 +46,13 @@ export function actorDataDir(config: Config): string {
   return join(config.dataDir, 'actors');
 }
 
-/** `hooks`: test-only seams for webhooks (a DNS resolver, a CA to trust). */
-export async function startService(config: Config, log: Logger, hooks: WebhookHooks = {}): Promise<Service> {
+/** What tests may put in place of the real parts. */
+export interface ServiceParts extends WebhookHooks {
+  /** The payment processor embedded mode refunds through (default: simulated, REFUND_PROCESSING_MS). */
+  refundProcessor?: RefundProcessor;
+}
+
+export async function startService(config: Config, log: Logger, parts: ServiceParts = {}): Promise<Service> {
   let bus: Bus;
   let host: ActorHost | undefined;
   if (config.natsUrl) {
@@ -56,15 +63,15 @@ export async function startService(config: Config, log: Logger, hooks: WebhookHo
     host = new ActorHost({
       dataDir: actorDataDir(config),
       partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)),
-      mailboxLimit: config.mailboxLimit,
-      idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
+      ...hostSettings(config),
+      refundProcessor: parts.refundProcessor,
       log,
-      ...dispatchOptions(config, log, hooks),
+      ...dispatchOptions(config, log, parts),
     });
     bus = new LocalBus(host, config.busTimeoutMs);
   }
   const gateway = createGateway({
-    routes: allRoutes(hooks),
+    routes: allRoutes(parts),
     auth: new Authenticator(jwtSecret(config.jwtSecret, config.dataDir)),
     bus: new BusClient(bus),
     config,

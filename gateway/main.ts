@@ -22,7 +22,7 @@ async function main(): Promise<void> {
   process.stdout.write(`orders-api listening on ${service.url} (${service.mode} mode)\n`);
   if (service.mode === 'embedded') {
     process.stdout.write(
-      `get a token: TOKEN=$(npm run -s token -- --scope "orders:read orders:write products:read products:write")\n` +
+      `get a token: TOKEN=$(npm run -s token -- --scope "orders:read orders:write products:read products:write refunds:read refunds:write")\n` +
         `then: curl -H "Authorization: Bearer $TOKEN" ${service.url}/v1/orders\n`,
     );
   }

@@ -35,8 +35,58 @@ export interface OrderRecord {
   items: ItemRecord[];
   /** Sum of quantity × unitPrice over items, kept with the record so it can be indexed. */
   total: number;
+  /** Minor units refunded so far (succeeded refunds); absent means 0. */
+  refunded?: number;
+  /** Minor units held by refunds still being processed; absent means 0. */
+  refundHeld?: number;
+  /** Refunds ever started on this order (bounded by MAX_REFUNDS_PER_ORDER); absent means 0. */
+  refundCount?: number;
   createdAt: number;
   updatedAt: number;
+}
+
+export type RefundStatus = 'pending' | 'succeeded' | 'failed';
+
+/** A refund lives in its order's partition, so the order, the refund and its operation change in one transaction. */
+export interface RefundRecord {
+  id: string;
+  tenant: string;
+  version: number;
+  orderId: string;
+  /** Integer minor units of `currency` (the order's). */
+  amount: number;
+  currency: string;
+  reason: string | null;
+  status: RefundStatus;
+  /** The operation that processes it. */
+  operationId: string;
+  /** Why the processor refused it, when `failed`. */
+  failureReason: string | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export type OperationStatus = 'pending' | 'running' | 'succeeded' | 'failed';
+
+/** A background job (CONTRACT §8). Today every operation processes one refund. */
+export interface OperationRecord {
+  id: string;
+  tenant: string;
+  version: number;
+  type: 'refund';
+  status: OperationStatus;
+  refundId: string;
+  orderId: string;
+  /** Set when it failed: the problem, as data. */
+  error: WireError | null;
+  /** Processor calls made so far (a resumed job counts again). */
+  attempts: number;
+  createdAt: number;
+  updatedAt: number;
+  /** When it reached succeeded or failed. */
+  finishedAt: number | null;
+  /** When a finished operation is swept (OPERATION_RETENTION_HOURS after it finished). */
+  expiresAt: number | null;
 }
 
 export interface ProductRecord {
@@ -210,6 +260,13 @@ export type Command =
   | (Base & { kind: 'article.get'; id: string })
   | (Base & { kind: 'article.patch'; id: string; ifMatch: IfMatch; patch: ArticlePatch })
   | (Base & { kind: 'article.delete'; id: string; ifMatch: IfMatch })
+  /**
+   * Starts a refund: `id` names the new refund, minted in the order's partition with its
+   * operation. `amount` null refunds everything that is left.
+   */
+  | (Base & { kind: 'refund.create'; id: string; orderId: string; operationId: string; amount: number | null; reason: string | null })
+  | (Base & { kind: 'refund.get'; id: string })
+  | (Base & { kind: 'operation.get'; id: string })
   | (Base & {
       kind: 'order.batch';
       atomic: boolean;
@@ -247,6 +304,8 @@ export type Query =
   /** `filter` is the team id. */
   | { kind: 'member.list'; query: ListQuery }
   | { kind: 'article.list'; query: ListQuery }
+  /** `filter` is the order id. */
+  | { kind: 'refund.list'; query: ListQuery }
   | WebhookQuery;
 
 export interface ReplyMap extends WebhookReplies {
@@ -283,6 +342,10 @@ export interface ReplyMap extends WebhookReplies {
   'article.get': ArticleRecord;
   'article.patch': ArticleRecord;
   'article.delete': null;
+  'refund.create': OperationRecord;
+  'refund.get': RefundRecord;
+  'refund.list': ListPage<RefundRecord>;
+  'operation.get': OperationRecord;
   'order.batch': BatchOutcome[];
   'idem.peek': unknown;
   'order.list': ListPage<OrderRecord>;

@@ -6,8 +6,7 @@ import type { ListPage, ListQuery } from './messages.js';
 
 /**
  * Every event type the service emits, with the operation that emits it. The README's table is
- * this list; GET /v1/event-types serves it. `refund.*` and `order.refunded` are emitted by the
- * refunds work (they are listed so endpoints can subscribe to them now).
+ * this list; GET /v1/event-types serves it.
  */
 export const EVENT_TYPES = {
   'order.created': 'POST /v1/orders, and a create in POST /v1/orders/batch',
@@ -15,10 +14,10 @@ export const EVENT_TYPES = {
   'order.paid': 'POST /v1/orders/{orderId}/pay',
   'order.cancelled': 'POST /v1/orders/{orderId}/cancel',
   'order.deleted': 'DELETE /v1/orders/{orderId}, and a delete in a batch (data: the order as it was)',
-  'order.refunded': 'a refund that covers the whole order succeeds',
-  'refund.created': 'POST /v1/refunds',
-  'refund.succeeded': 'a refund completes',
-  'refund.failed': 'a refund fails',
+  'order.refunded': 'the refund that brings the refunded amount to the order total succeeds (after POST /v1/refunds)',
+  'refund.created': 'POST /v1/refunds (the refund, pending)',
+  'refund.succeeded': 'the processor completes a refund started by POST /v1/refunds',
+  'refund.failed': 'the processor refuses a refund started by POST /v1/refunds',
   'user.created': 'POST /v1/users',
   'user.updated': 'PUT or PATCH /v1/users/{userId}',
   'user.deleted': 'DELETE /v1/users/{userId} (data: the user as it was)',

@@ -83,7 +83,10 @@ export class Store {
   table<T>(spec: TableSpec<T>): Table<T> {
     const existing = this.tables.get(spec.name);
     if (existing) return existing as Table<T>;
-    const db = this.root.openDB<T, string>({ name: spec.name, sharedStructuresKey: Symbol.for('structures') });
+    // cache: lmdb-js keeps recently read records decoded (a weak LRU it updates on every write), so
+    // a hot record is not msgpack-decoded again per read. Records are never mutated in place:
+    // actors build the next state as a new object.
+    const db = this.root.openDB<T, string>({ name: spec.name, sharedStructuresKey: Symbol.for('structures'), cache: true });
     const table = new Table(spec, db);
     this.tables.set(spec.name, table as Table<unknown>);
     return table;

@@ -4,18 +4,11 @@
 // client must be there, byte for byte, and in the list. With Idempotency-Keys, every retry after
 // the restart replays what committed and creates what did not: one order per key.
 
-import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
 import anyTest, { type TestFn } from 'ava';
 import { Pool } from 'undici';
-import { ROOT, removeDir, tempDir, token } from './helpers/edge-kit.js';
-
-interface Running {
-  child: ChildProcess;
-  url: string;
-  /** Spawn to the listening line. */
-  startMs: number;
-}
+import { exited, killAll, startChild, START_WITHIN_MS, type Running } from './helpers/child-service.js';
+import { removeDir, tempDir, token } from './helpers/edge-kit.js';
 
 interface Context {
   dir: string;
@@ -24,53 +17,20 @@ interface Context {
 
 const test = anyTest as TestFn<Context>;
 const SECRET = 'durability-test-secret-0123456789abcdef';
-const MAIN = join(ROOT, 'dist', 'gateway', 'main.js');
 const LOOPS = 32;
 const STORM_MAX_MS = 3000;
-const START_WITHIN_MS = 15_000;
 
 test.before(async (t) => {
   t.context = { dir: await tempDir('durability'), children: new Set() };
 });
 
 test.after.always(async (t) => {
-  for (const child of t.context.children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  killAll(t.context.children);
   await removeDir(t.context.dir);
 });
 
 function start(t: { context: Context }, dir = t.context.dir): Promise<Running> {
-  const started = Date.now();
-  const child = spawn(process.execPath, [MAIN], {
-    env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, LOG_LEVEL: 'warn' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  t.context.children.add(child);
-  return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`no listening line within ${START_WITHIN_MS} ms:\n${out}\n${err}`));
-    }, START_WITHIN_MS);
-    child.stderr?.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
-    child.stdout?.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /orders-api listening on (http:\/\/127\.0\.0\.1:\d+) \(embedded mode\)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ child, url: m[1]!, startMs: Date.now() - started });
-      }
-    });
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`exited (${code ?? signal}) before listening:\n${out}\n${err}`));
-    });
-  });
-}
-
-function exited(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
-  return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  return startChild(t.context.children, dir, SECRET);
 }
 
 type Order = Record<string, unknown> & { id: string };

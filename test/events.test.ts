@@ -8,7 +8,7 @@ import { startWebhookService, WEBHOOK_SCOPES, type WebhookService } from './help
 const test = anyTest as TestFn<WebhookService>;
 
 test.before(async (t) => {
-  t.context = await startWebhookService();
+  t.context = await startWebhookService({ REFUND_PROCESSING_MS: '10' });
 });
 
 test.after.always(async (t) => {
@@ -124,4 +124,23 @@ test('an atomic batch that fails emits nothing; one that succeeds emits an event
   const good = await c.post('/v1/orders/batch', { atomic: true, operations: [{ method: 'POST', body: { currency: 'EUR' } }, { method: 'POST', body: { currency: 'USD' } }] });
   t.is(good.status, 200);
   t.deepEqual((await c.get('/v1/events')).json.data.map((e: { type: string }) => e.type), ['order.created', 'order.created']);
+});
+
+test('a full refund emits refund.created, then refund.succeeded and order.refunded with the refunded order', async (t) => {
+  const c = await caller(t, 'events-refunds', `${WEBHOOK_SCOPES} refunds:read refunds:write`);
+  const p = await c.post('/v1/products', { name: 'Widget', price: 700, currency: 'EUR' });
+  const o = await c.post('/v1/orders', { currency: 'EUR', items: [{ productId: p.json.id, quantity: 1 }] });
+  t.is((await c.post(`/v1/orders/${o.json.id as string}/pay`)).status, 200);
+  const started = await c.post('/v1/refunds', { orderId: o.json.id });
+  t.is(started.status, 202);
+  let types: string[] = [];
+  for (let i = 0; i < 200 && !types.includes('order.refunded'); i++) {
+    types = (await c.get('/v1/events?limit=100')).json.data.map((e: { type: string }) => e.type);
+    await new Promise((done) => setTimeout(done, 20));
+  }
+  t.deepEqual(types.slice(0, 3).sort(), ['order.refunded', 'refund.created', 'refund.succeeded']);
+  const events = (await c.get('/v1/events?limit=100')).json.data as { type: string; data: Record<string, unknown> }[];
+  t.is(events.find((e) => e.type === 'order.refunded')!.data.status, 'refunded');
+  t.is(events.find((e) => e.type === 'refund.succeeded')!.data.status, 'succeeded');
+  t.is(events.find((e) => e.type === 'refund.created')!.data.amount, 700);
 });

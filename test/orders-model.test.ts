@@ -117,6 +117,8 @@ function linksOf(o: ModelOrder): Record<string, { href: string; method?: string 
   const links: Record<string, { href: string; method?: string }> = { self: { href: self }, items: { href: `${self}/items` } };
   if (o.status === 'pending') links.cancel = { href: `${self}/cancel`, method: 'POST' };
   if (o.status === 'pending' && totalOf(o) > 0) links.pay = { href: `${self}/pay`, method: 'POST' };
+  if (o.status === 'paid') links.refund = { href: '/v1/refunds', method: 'POST' };
+  if (o.status === 'paid') links.refunds = { href: `/v1/refunds?orderId=${o.id}` };
   return links;
 }
 

@@ -8,7 +8,7 @@ export const benchSecret = randomBytes(32).toString('base64url');
 export async function mintToken(secret: string = benchSecret, tenant = 'bench'): Promise<string> {
   return new SignJWT({
     tenant,
-    scope: 'orders:read orders:write products:read products:write users:read users:write teams:read teams:write',
+    scope: 'orders:read orders:write products:read products:write users:read users:write teams:read teams:write refunds:read refunds:write',
   })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(`usr_${tenant}`)

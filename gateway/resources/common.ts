@@ -101,13 +101,13 @@ export function problemResponses(...statuses: number[]): Record<number, string> 
 
 /**
  * A plain collection page (at most one fixed filter, no expand): sort over an allow-list, keyset
- * cursor, fields, cached member renderings, a fingerprint ETag. Products, users, teams and a
- * team's members are listed this way.
+ * cursor, fields, cached member renderings, a fingerprint ETag. Products, users, teams, a
+ * team's members and refunds are listed this way.
  */
 export async function plainListPage<T extends { id: string; version: number }>(
   ctx: Ctx,
   opts: {
-    kind: 'product.list' | 'user.list' | 'team.list' | 'member.list' | 'webhook.list' | 'event.list' | 'delivery.list';
+    kind: 'product.list' | 'user.list' | 'team.list' | 'member.list' | 'refund.list' | 'webhook.list' | 'event.list' | 'delivery.list';
     base: string;
     /** The index filter (e.g. a team's id for its members); the cursor is bound to it. */
     filter?: string;

@@ -3,11 +3,12 @@
 // endpoint's `apiVersion`, or the version of the events URL). v2 renders like v1 for now; the
 // versioning work plugs its v2 shapes in here, per resource.
 
-import type { ArticleRecord, MembershipRecord, OrderRecord, UserRecord } from '../../proto/messages.js';
+import type { ArticleRecord, MembershipRecord, OrderRecord, RefundRecord, UserRecord } from '../../proto/messages.js';
 import type { ApiVersion, EventRecord } from '../../proto/webhooks.js';
 import { renderArticle } from './articles.js';
 import { iso } from './common.js';
 import { renderOrder } from './orders.js';
+import { renderRefund } from './refunds.js';
 import { renderMember } from './teams.js';
 import { renderUser } from './users.js';
 
@@ -28,8 +29,7 @@ export function renderEventData(event: EventRecord, apiVersion: ApiVersion): unk
     case 'ping':
       return { endpointId: (event.data as { id: string }).id };
     case 'refund':
-      // The refunds work renders its records here once it emits them.
-      return event.data;
+      return renderRefund(event.data as RefundRecord);
   }
 }
 

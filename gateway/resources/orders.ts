@@ -113,6 +113,9 @@ function orderLinks(o: OrderRecord): Record<string, { href: string; method?: str
   const links: Record<string, { href: string; method?: string }> = { self: { href: self }, items: { href: `${self}/items` } };
   if (o.status === 'pending') links.cancel = { href: `${self}/cancel`, method: 'POST' };
   if (o.status === 'pending' && o.total > 0) links.pay = { href: `${self}/pay`, method: 'POST' };
+  // Refunds start at POST /v1/refunds naming the order (an asynchronous operation, CONTRACT §8).
+  if (o.status === 'paid') links.refund = { href: '/v1/refunds', method: 'POST' };
+  if (o.status === 'paid' || o.status === 'refunded') links.refunds = { href: `/v1/refunds?orderId=${o.id}` };
   return links;
 }
 

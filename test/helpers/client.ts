@@ -6,7 +6,7 @@ import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { Agent, request } from 'undici';
 import { mintToken as mint } from '../../gateway/auth.js';
 
-export const ALL_SCOPES = 'orders:read orders:write products:read products:write users:read users:write teams:read teams:write';
+export const ALL_SCOPES = 'orders:read orders:write products:read products:write users:read users:write teams:read teams:write refunds:read refunds:write';
 
 export interface Claims {
   sub: string;

@@ -11,6 +11,7 @@ import { PARTITIONS, partitionOf } from '../../common/ids.js';
 import { Api, type Caller, type Reply, mintToken } from './client.js';
 import type { RunningService } from './service.js';
 import { registerArticleSuite } from './article-suite.js';
+import { registerRefundSuite } from './refund-suite.js';
 import { registerSafeWritesSuite } from './safe-writes-suite.js';
 import { registerUserSuite } from './user-suite.js';
 
@@ -160,6 +161,7 @@ export function runOrderSuiteAgainst(test: TestFn<SuiteContext>, start: () => Pr
   registerSafeWritesSuite(test);
   registerUserSuite(test);
   registerArticleSuite(test);
+  registerRefundSuite(test);
 }
 
 export function registerOrderSuite(test: TestFn<SuiteContext>): void {
@@ -575,14 +577,19 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     t.deepEqual((await c.get(empty.href)).json._links.pay, { href: `${empty.href}/pay`, method: 'POST' });
   });
 
-  test('state: pay makes an order paid, without cancel or pay links; paying twice is 409', async (t) => {
+  test('state: pay makes an order paid, with refund links instead of cancel or pay; paying twice is 409', async (t) => {
     const c = await tenant(t, 'stpay');
     const p = await createProduct(t, c, { price: 100 });
     const o = await orderWithTotal(t, c, p.id, 2);
     const paid = await c.post(`${o.href}/pay`);
     t.is(paid.status, 200, paid.text);
     t.like(paid.json, { id: o.id, status: 'paid', total: 200 });
-    t.deepEqual(paid.json._links, { self: { href: o.href }, items: { href: `${o.href}/items` } });
+    t.deepEqual(paid.json._links, {
+      self: { href: o.href },
+      items: { href: `${o.href}/items` },
+      refund: { href: '/v1/refunds', method: 'POST' },
+      refunds: { href: `/v1/refunds?orderId=${o.id}` },
+    });
     t.regex(paid.headers.etag ?? '', STRONG_TAG);
     t.deepEqual((await c.get(o.href)).json, paid.json);
 

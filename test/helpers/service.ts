@@ -17,7 +17,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Agent, request } from 'undici';
 import { loadConfig } from '../../common/config.js';
 import { createLogger } from '../../common/log.js';
-import { startService, type Service } from '../../gateway/app.js';
+import { startService, type Service, type ServiceParts } from '../../gateway/app.js';
 import { mintToken } from './client.js';
 import { startNatsServer, type NatsServer } from './nats-server.js';
 
@@ -59,8 +59,11 @@ async function cleanup(steps: (() => Promise<unknown>)[]): Promise<void> {
   if (failed) throw failed.reason;
 }
 
-/** `env` adds to or overrides the variables the service is configured from (e.g. RATE_LIMIT_BURST, MAILBOX_LIMIT). */
-export async function startEmbedded(env: Record<string, string> = {}): Promise<RunningService> {
+/**
+ * `env` adds to or overrides the variables the service is configured from (e.g. RATE_LIMIT_BURST,
+ * MAILBOX_LIMIT); `parts` puts test doubles in place of external systems (the payment processor).
+ */
+export async function startEmbedded(env: Record<string, string> = {}, parts: ServiceParts = {}): Promise<RunningService> {
   const dataDir = await tempDir('embedded');
   const secret = newSecret();
   let service: Service;
@@ -68,6 +71,7 @@ export async function startEmbedded(env: Record<string, string> = {}): Promise<R
     service = await startService(
       loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', ...env }),
       silent(),
+      parts,
     );
   } catch (err) {
     await rm(dataDir, { recursive: true, force: true });

@@ -1,0 +1,57 @@
+// The real service as a child process (`node dist/gateway/main.js`, embedded mode) on a given
+// DATA_DIR, for tests that SIGKILL it and start it again on the same data.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { ROOT } from './edge-kit.js';
+
+export interface Running {
+  child: ChildProcess;
+  url: string;
+  /** Spawn to the listening line. */
+  startMs: number;
+}
+
+const MAIN = join(ROOT, 'dist', 'gateway', 'main.js');
+export const START_WITHIN_MS = 15_000;
+
+/** Starts the service on `dir` and resolves once it prints its listening line; `children` tracks it for cleanup. */
+export function startChild(children: Set<ChildProcess>, dir: string, secret: string, env: Record<string, string> = {}): Promise<Running> {
+  const started = Date.now();
+  const child = spawn(process.execPath, [MAIN], {
+    env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`no listening line within ${START_WITHIN_MS} ms:\n${out}\n${err}`));
+    }, START_WITHIN_MS);
+    child.stderr?.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /orders-api listening on (http:\/\/127\.0\.0\.1:\d+) \(embedded mode\)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, url: m[1]!, startMs: Date.now() - started });
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`exited (${code ?? signal}) before listening:\n${out}\n${err}`));
+    });
+  });
+}
+
+export function exited(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+}
+
+/** Kills every child still running. */
+export function killAll(children: Set<ChildProcess>): void {
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+}
