@@ -62,6 +62,8 @@ interface Worker {
   timer: NodeJS.Timeout | undefined;
   /** The last delivered attempt seen by this process (the disable clock starts no earlier). */
   lastSuccessAt: number;
+  /** Deliveries the fan-out just created, handed over so the first attempt needs no scan. */
+  fresh: DeliveryRecord[];
 }
 
 const FANOUT_CHUNK = 64;
@@ -80,6 +82,7 @@ export class Dispatcher {
   private readonly workers = new Map<string, Worker>();
   private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
   private readonly bodies = new Map<string, string>();
+  private readonly urls = new Map<string, URL>();
   private readonly signer = new Signer();
   private readonly sender: WebhookSender;
   private readonly resolver: Resolver;
@@ -169,7 +172,7 @@ export class Dispatcher {
   private async fanOut(ids: string[]): Promise<void> {
     const now = this.host.now();
     const writes: Write<unknown>[] = [];
-    const woken = new Map<string, string>();
+    const woken = new Map<string, { tenant: string; fresh: DeliveryRecord[] }>();
     for (const id of ids) {
       const row = this.outbox.get(id);
       if (!row) continue;
@@ -195,11 +198,17 @@ export class Dispatcher {
           updatedAt: now,
         };
         writes.push({ table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after: d });
-        woken.set(e.id, e.tenant);
+        const entry = woken.get(e.id);
+        if (entry) entry.fresh.push(d);
+        else woken.set(e.id, { tenant: e.tenant, fresh: [d] });
       }
     }
-    await this.store.commit(writes);
-    for (const [endpointId, tenant] of woken) this.wake(endpointId, tenant);
+    // First attempts start while this commit flushes: should it never land, the outbox rows it
+    // removes stay, and the fan-out is done again (at least once). Each outcome's commit queues
+    // behind it, so an outcome is never stored before its delivery.
+    const committed = this.store.commit(writes);
+    for (const [endpointId, { tenant, fresh }] of woken) this.wake(endpointId, tenant, fresh);
+    await committed;
   }
 
   private async endpointsOf(tenant: string): Promise<EndpointRecord[]> {
@@ -236,13 +245,14 @@ export class Dispatcher {
     return (await this.endpointsOf(tenant)).find((e) => e.id === id);
   }
 
-  private wake(endpointId: string, tenant: string): void {
+  private wake(endpointId: string, tenant: string, fresh: DeliveryRecord[] = []): void {
     if (this.closing) return;
     let w = this.workers.get(endpointId);
     if (!w) {
-      w = { tenant, running: false, again: false, timer: undefined, lastSuccessAt: 0 };
+      w = { tenant, running: false, again: false, timer: undefined, lastSuccessAt: 0, fresh: [] };
       this.workers.set(endpointId, w);
     }
+    w.fresh.push(...fresh);
     clearTimeout(w.timer);
     w.timer = undefined;
     if (w.running) {
@@ -262,17 +272,16 @@ export class Dispatcher {
         for (;;) {
           if (this.closing) return;
           const now = this.host.now();
-          const rows = this.store.scan(this.deliveries as Table<unknown>, { prefix: pendingPrefix(endpointId), after: undefined, reverse: false, limit: this.opts.perEndpoint ?? PER_ENDPOINT });
-          if (!rows.length) break;
-          const due = rows.filter((r) => typeof r.v === 'number' && r.v <= now);
-          if (!due.length) {
-            retryIn = Math.max(0, (rows[0]!.v as number) - now);
+          const handedOver = w.fresh.length > 0;
+          const records = handedOver ? this.freshOf(w) : this.dueOf(endpointId, w, now);
+          if (typeof records === 'number') {
+            retryIn = records;
             break;
           }
-          const records = due.flatMap(({ id }) => {
-            const d = this.deliveries.get(id);
-            return d ? [d] : [];
-          });
+          if (!records?.length) {
+            if (handedOver) continue;
+            break;
+          }
           const endpoint = await this.endpoint(w.tenant, endpointId);
           if (!endpoint || endpoint.status !== 'enabled') {
             await Promise.all(records.map((d) => this.settle(d, { attempt: d.attempts.length, at: now, outcome: 'failed', responseStatus: null, error: endpoint ? 'endpoint disabled' : 'endpoint deleted', durationMs: 0 }, undefined)));
@@ -295,12 +304,37 @@ export class Dispatcher {
     }
   }
 
+  /** The next deliveries the fan-out handed over, still pending as committed. */
+  private freshOf(w: Worker): DeliveryRecord[] {
+    return w.fresh.splice(0, this.opts.perEndpoint ?? PER_ENDPOINT).flatMap((f) => {
+      // Not stored yet: its fan-out commit is on its way, and nothing can have tried it. Stored:
+      // a scan may have found and tried it already.
+      const d = this.deliveries.get(f.id);
+      if (!d) return [f];
+      return d.status === 'pending' && d.version === f.version ? [d] : [];
+    });
+  }
+
+  /** Due pending deliveries in due order; ms until the first is due; or undefined for none. */
+  private dueOf(endpointId: string, w: Worker, now: number): DeliveryRecord[] | number | undefined {
+    // The scan sees every pending delivery, the handed-over ones included.
+    w.fresh = [];
+    const rows = this.store.scan(this.deliveries as Table<unknown>, { prefix: pendingPrefix(endpointId), after: undefined, reverse: false, limit: this.opts.perEndpoint ?? PER_ENDPOINT });
+    if (!rows.length) return undefined;
+    const due = rows.filter((r) => typeof r.v === 'number' && r.v <= now);
+    if (!due.length) return Math.max(0, (rows[0]!.v as number) - now);
+    return due.flatMap(({ id }) => {
+      const d = this.deliveries.get(id);
+      return d ? [d] : [];
+    });
+  }
+
   private async attempt(endpoint: EndpointRecord, records: DeliveryRecord[], w: Worker): Promise<void> {
     const now = this.host.now();
     let target: { url: URL; address: { address: string; family: 4 | 6 } } | undefined;
     let refused: string | undefined;
     try {
-      const url = parseTarget(endpoint.endpointUrl, this.opts.allowPrivateTargets);
+      const url = this.urlOf(endpoint);
       // Checked at every delivery, after resolution; the send connects to what was checked.
       const [address] = await resolveTarget(url, this.resolver, this.opts.allowPrivateTargets);
       target = { url, address: address! };
@@ -330,6 +364,18 @@ export class Dispatcher {
       }),
     );
     if (gone) this.remoteCache.delete(endpoint.tenant);
+  }
+
+  /** The endpoint's URL, parsed and checked once per version of the endpoint. */
+  private urlOf(endpoint: EndpointRecord): URL {
+    const key = `${endpoint.id}@${endpoint.version}`;
+    let url = this.urls.get(key);
+    if (!url) {
+      url = parseTarget(endpoint.endpointUrl, this.opts.allowPrivateTargets);
+      if (this.urls.size >= 10_000) this.urls.clear();
+      this.urls.set(key, url);
+    }
+    return url;
   }
 
   private bodyOf(event: EventRecord, endpoint: EndpointRecord): string {
