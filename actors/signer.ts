@@ -16,6 +16,12 @@ import type { SignBatch } from './sign-worker.js';
  */
 export const INLINE_BYTES = 16 * 1024;
 
+/**
+ * Deliveries per pool task: enough to pay for the hand-off many times over, few enough that the
+ * first deliveries of a large fan-out go out while the pool still signs the rest.
+ */
+export const TASK_SIZE = 128;
+
 interface Pending {
   task: SignTask;
   resolve: (s: Signatures) => void;
@@ -56,14 +62,19 @@ export class Signer {
 
   /** Signs `tasks` as one batch, in the pool or inline by size. */
   async signMany(tasks: SignTask[]): Promise<Signatures[]> {
+    return (await Promise.all(this.parts(tasks).map((p) => p.sigs))).flat();
+  }
+
+  /** The batch's signatures in consecutive parts: one inline, or one per pool task of TASK_SIZE. */
+  private parts(tasks: SignTask[]): { from: number; to: number; sigs: Promise<Signatures[]> }[] {
     const bytes = tasks.reduce((n, t) => n + t.body.length * t.secrets.length * 2, 0);
-    if (bytes < (this.opts.inlineBytes ?? INLINE_BYTES)) return tasks.map(sign);
+    if (bytes < (this.opts.inlineBytes ?? INLINE_BYTES)) return [{ from: 0, to: tasks.length, sigs: Promise.resolve(tasks.map(sign)) }];
     const pool = this.poolOf();
-    const chunks = Math.min(pool.options.maxThreads, Math.ceil(tasks.length / 16));
-    const size = Math.ceil(tasks.length / chunks);
-    const parts: Promise<Signatures[]>[] = [];
-    for (let i = 0; i < tasks.length; i += size) parts.push(pool.run(toBatch(tasks.slice(i, i + size))) as Promise<Signatures[]>);
-    return (await Promise.all(parts)).flat();
+    const parts: { from: number; to: number; sigs: Promise<Signatures[]> }[] = [];
+    for (let i = 0; i < tasks.length; i += TASK_SIZE) {
+      parts.push({ from: i, to: i + TASK_SIZE, sigs: pool.run(toBatch(tasks.slice(i, i + TASK_SIZE))) as Promise<Signatures[]> });
+    }
+    return parts;
   }
 
   async close(): Promise<void> {
@@ -84,9 +95,20 @@ export class Signer {
     this.scheduled = false;
     const batch = this.queue;
     this.queue = [];
-    this.signMany(batch.map((p) => p.task)).then(
-      (sigs) => batch.forEach((p, i) => p.resolve(sigs[i]!)),
-      (err: unknown) => batch.forEach((p) => p.reject(err)),
-    );
+    let parts: ReturnType<Signer['parts']>;
+    try {
+      parts = this.parts(batch.map((p) => p.task));
+    } catch (err) {
+      batch.forEach((p) => p.reject(err));
+      return;
+    }
+    // Each part answers its own deliveries as soon as it is signed.
+    for (const part of parts) {
+      const mine = batch.slice(part.from, part.to);
+      part.sigs.then(
+        (sigs) => mine.forEach((p, i) => p.resolve(sigs[i]!)),
+        (err: unknown) => mine.forEach((p) => p.reject(err)),
+      );
+    }
   }
 }
