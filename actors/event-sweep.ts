@@ -1,24 +1,32 @@
-// EVENT_RETENTION_DAYS: events are readable (GET /v1/events) for that long, then forgotten. Like
-// the idempotency sweep, it reads the oldest first and deletes a bounded chunk per transaction,
-// so one sweep never holds the write lock long, whatever the backlog. Events never change, so no
-// turn is needed: nothing else writes an event after it is committed.
+// EVENT_RETENTION_DAYS: events are readable (GET /v1/events) for that long, then forgotten, and
+// so are settled delivery records. Like the idempotency sweep, it reads the oldest first and
+// deletes a bounded chunk per transaction, so one sweep never holds the write lock long, whatever
+// the backlog. Neither changes once it is swept: an event never changes after its commit, and a
+// settled delivery is never written again, so no turn is needed.
 
-import type { EventRecord } from '../proto/webhooks.js';
-import type { Store, Table } from '../storage/store.js';
+import type { DeliveryRecord, EventRecord } from '../proto/webhooks.js';
+import type { IndexKey, Store, Table, Write } from '../storage/store.js';
 import { EVENTS_BY_AGE } from './events.js';
+import { SETTLED_DELIVERIES } from './webhooks.js';
 
-export async function sweepEvents(store: Store, events: Table<EventRecord>, cutoff: number, chunk: number): Promise<number> {
+/** Removes records whose age key (under `prefix`) is below `cutoff`, `chunk` per transaction. */
+async function sweepOlder(store: Store, table: Table<unknown>, prefix: IndexKey, cutoff: number, chunk: number): Promise<number> {
   let removed = 0;
   for (;;) {
-    const due = store.scan(events as Table<unknown>, { prefix: EVENTS_BY_AGE, after: undefined, reverse: false, limit: chunk });
-    const writes = [];
+    const due = store.scan(table, { prefix, after: undefined, reverse: false, limit: chunk });
+    const writes: Write<unknown>[] = [];
     for (const { v, id } of due) {
       if (typeof v !== 'number' || v >= cutoff) break;
-      writes.push({ table: events as Table<unknown>, id, before: events.get(id), after: undefined });
+      writes.push({ table, id, before: table.get(id), after: undefined });
     }
     if (!writes.length) return removed;
     await store.commit(writes);
     removed += writes.length;
     if (writes.length < chunk) return removed;
   }
+}
+
+export async function sweepEvents(store: Store, tables: { events: Table<EventRecord>; deliveries: Table<DeliveryRecord> }, cutoff: number, chunk: number): Promise<number> {
+  const events = await sweepOlder(store, tables.events as Table<unknown>, EVENTS_BY_AGE, cutoff, chunk);
+  return events + (await sweepOlder(store, tables.deliveries as Table<unknown>, SETTLED_DELIVERIES, cutoff, chunk));
 }

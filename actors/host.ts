@@ -36,7 +36,7 @@ import { eventActor, EVENTS, eventWrites, OUTBOX } from './events.js';
 import { deliveryActor, endpointActor } from './webhooks.js';
 import { Dispatcher, type DispatchOptions } from './dispatcher.js';
 import { sweepEvents } from './event-sweep.js';
-import type { EventRecord, OutboxEntry } from '../proto/webhooks.js';
+import type { DeliveryRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { RefundRunner, simulatedProcessor, type RefundProcessor } from './refund-runner.js';
 import { operationActor, planOperationSweep, planRefundStart, refundActor, type RefundTables } from './refunds.js';
 
@@ -200,9 +200,10 @@ export class ActorHost implements ActorEndpoint {
     this.dispatcher?.start();
   }
 
-  /** Forgets events older than EVENT_RETENTION_DAYS, a bounded chunk per transaction. */
+  /** Forgets events and settled deliveries older than EVENT_RETENTION_DAYS, a chunk per transaction. */
   sweepEvents(): Promise<number> {
-    return sweepEvents(this.store, this.events.events, this.now() - (this.opts.eventRetentionMs ?? 30 * DAY_MS), SWEEP_BATCH);
+    const deliveries = this.actors.delivery.table as unknown as Table<DeliveryRecord>;
+    return sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - (this.opts.eventRetentionMs ?? 30 * DAY_MS), SWEEP_BATCH);
   }
 
   owns(partition: number): boolean {

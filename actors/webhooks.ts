@@ -95,12 +95,15 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
 // Deliveries are kept in the partition of their event, by the node that dispatches it. Pending
 // ones are also indexed by endpoint and due time: each endpoint's worker reads them in retry order.
 const PENDING = '\u0000pending';
+const SETTLED = '\u0000settled';
 
 export const DELIVERIES: TableSpec<DeliveryRecord> = {
   name: 'webhook-deliveries',
   indexKeys: (d) => {
     const keys: (string | number)[][] = [[d.tenant, d.endpointId, 'createdAt', d.createdAt, d.id]];
     if (d.status === 'pending' && d.nextAttemptAt !== undefined) keys.push([PENDING, d.endpointId, d.nextAttemptAt, d.id]);
+    // Settled ones are kept as long as events, then swept oldest first (actors/event-sweep.ts).
+    else if (d.status !== 'pending') keys.push([SETTLED, d.updatedAt, d.id]);
     return keys;
   },
 };
@@ -109,6 +112,9 @@ export const DELIVERIES: TableSpec<DeliveryRecord> = {
 export function pendingPrefix(endpointId?: string): (string | number)[] {
   return endpointId === undefined ? [PENDING] : [PENDING, endpointId];
 }
+
+/** Index prefix of the settled deliveries, oldest settled first. */
+export const SETTLED_DELIVERIES: (string | number)[] = [SETTLED];
 
 /** Lists deliveries of one endpoint (the query's filter), newest first by default. */
 export const deliveryActor: ActorDef<DeliveryRecord, never> = {

@@ -100,3 +100,33 @@ test('a receiver slower than the timeout is a timeout, retried; Retry-After beyo
   t.true(third!.at - second!.at >= 2000, `${third!.at - second!.at} ms`);
   t.is(new Set(r.got.map((g) => g.json.id as string)).size, 1);
 });
+
+test('events and settled deliveries are swept after the retention; pending ones stay', async (t) => {
+  const dir = await tempDir('webhook-retention');
+  let clock = Date.now();
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog(), now: () => clock, eventRetentionMs: 60_000, webhooks: { retrySchedule: [3600], timeoutMs: 300, disableAfterMs: 3_600_000, allowPrivateTargets: true } });
+  const r = t.context.r;
+  try {
+    const tenant = 'policy-retention';
+    const partition = partitionFor(tenant);
+    const e = await ok<EndpointRecord>(host.handle({ kind: 'webhook.create', tenant, partition, id: newId('webhookEndpoint', partition), input: { endpointUrl: r.url, eventTypes: ['*'], apiVersion: 'v1', description: null }, secret: newSigningSecret() }));
+    await order(host, tenant);
+    await until('delivered', async () => (await deliveries(host, tenant, e.id))[0]?.status === 'delivered');
+    r.answer = () => ({ status: 500 });
+    await order(host, tenant);
+    await until('a retry pending', async () => (await deliveries(host, tenant, e.id)).some((d) => d.status === 'pending' && d.attempts.length === 1));
+    const events = async (): Promise<number> =>
+      (await ok<{ rows: unknown[] }>(host.query({ kind: 'event.list', query: { tenant, filter: undefined, sort: 'created', dir: 'desc', after: undefined, limit: 100, withChildren: true } }))).rows.length;
+    t.is(await events(), 2);
+    t.is(await host.sweepEvents(), 0);
+    clock += 61_000;
+    t.is(await host.sweepEvents(), 3); // two events, one delivered delivery
+    t.is(await events(), 0);
+    const left = await deliveries(host, tenant, e.id);
+    t.is(left.length, 1);
+    t.is(left[0]!.status, 'pending');
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
