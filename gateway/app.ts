@@ -25,7 +25,7 @@ import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
 import { eventRoutes } from './resources/events.js';
 import { webhookRoutes } from './resources/webhooks.js';
-import { dispatchOptions, type WebhookHooks } from './webhook-wiring.js';
+import { dispatchOptions, warnIfPrivateTargets, type WebhookHooks } from './webhook-wiring.js';
 
 export interface Service {
   url: string;
@@ -59,6 +59,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     if (!config.jwtSecret) throw new Error('AUTH_JWT_SECRET must be set in cluster mode: every gateway needs the same one.');
     const { connectNatsBus } = await import('../common/nats-bus.js');
     bus = await connectNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m) });
+    warnIfPrivateTargets(config, log);
   } else {
     host = new ActorHost({
       dataDir: actorDataDir(config),

@@ -13,10 +13,15 @@ export interface WebhookHooks {
   ca?: string | Buffer;
 }
 
-export function dispatchOptions(config: Config, log: Logger, hooks: WebhookHooks = {}, remote?: Bus): { eventRetentionMs: number; webhooks: DispatchOptions } {
+/** Says at start that the SSRF guard is off (every process that registers or sends webhooks). */
+export function warnIfPrivateTargets(config: Config, log: Logger): void {
   if (config.webhookAllowPrivateTargets) {
     log.warn('WEBHOOK_ALLOW_PRIVATE_TARGETS=1: webhooks may target http:// and private or loopback addresses. Development and tests only.');
   }
+}
+
+export function dispatchOptions(config: Config, log: Logger, hooks: WebhookHooks = {}, remote?: Bus): { eventRetentionMs: number; webhooks: DispatchOptions } {
+  warnIfPrivateTargets(config, log);
   return {
     eventRetentionMs: config.eventRetentionDays * 24 * 3600_000,
     webhooks: {
