@@ -6,35 +6,22 @@
 
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { parseArgs } from 'node:util';
+import { cliOptions, usageError } from './cli.js';
 import { verifyWebhook, WebhookVerificationError } from './webhook-signature.js';
 
 const USAGE = 'usage: npm run webhooks:listen -- --port 3000 --secret whsec_… [--secret whsec_…] [--host 127.0.0.1] [--quiet]\n';
 const MAX_BODY = 1024 * 1024;
 const REMEMBERED = 10_000;
 
-function usageError(problem?: string): never {
-  process.stderr.write(problem ? `${problem}\n${USAGE}` : USAGE);
-  process.exit(2);
-}
-
-let parsed;
-try {
-  parsed = parseArgs({
-    options: {
-      port: { type: 'string', default: '3000' },
-      host: { type: 'string', default: '127.0.0.1' },
-      secret: { type: 'string', multiple: true },
-      quiet: { type: 'boolean', default: false },
-    },
-  });
-} catch (err) {
-  usageError(err instanceof Error ? err.message : String(err));
-}
-const { values } = parsed;
+const values = cliOptions(USAGE, {
+  port: { type: 'string', default: '3000' },
+  host: { type: 'string', default: '127.0.0.1' },
+  secret: { type: 'string', multiple: true },
+  quiet: { type: 'boolean', default: false },
+});
 const secrets = values.secret ?? [];
-if (!secrets.length) usageError('--secret is required (the signingSecret the endpoint was created with)');
-if (!/^\d{1,5}$/.test(values.port!)) usageError('--port must be a port number');
+if (!secrets.length) usageError(USAGE, '--secret is required (the signingSecret the endpoint was created with)');
+if (!/^\d{1,5}$/.test(values.port)) usageError(USAGE, '--port must be a port number');
 
 const seen = new Set<string>();
 
@@ -80,5 +67,5 @@ const server = http.createServer((req, res) => {
 
 server.listen(Number(values.port), values.host, () => {
   const { port } = server.address() as AddressInfo;
-  process.stdout.write(`webhooks:listen verifying on http://${values.host!}:${port}/ (register it with WEBHOOK_ALLOW_PRIVATE_TARGETS=1)\n`);
+  process.stdout.write(`webhooks:listen verifying on http://${values.host}:${port}/ (register it with WEBHOOK_ALLOW_PRIVATE_TARGETS=1)\n`);
 });
