@@ -118,6 +118,9 @@ export class Dispatcher {
       }
       const last = rows[rows.length - 1];
       if (rows.length < 1000 || !last) break;
+      // Keys are (endpoint, due time, id), and v is the endpoint: resuming at (endpoint, id), a
+      // string where a number (the due time) stands, lands past that endpoint's keys (ordered-
+      // binary sorts numbers before strings), so each endpoint is woken once.
       after = [last.v, last.id];
     }
   }
