@@ -60,8 +60,6 @@ interface Worker {
   running: boolean;
   again: boolean;
   timer: NodeJS.Timeout | undefined;
-  /** The last delivered attempt seen by this process (the disable clock starts no earlier). */
-  lastSuccessAt: number;
   /** Deliveries the fan-out just created, handed over so the first attempt needs no scan. */
   fresh: DeliveryRecord[];
 }
@@ -73,6 +71,8 @@ const RETRY_AFTER_FAILURE_MS = 1000;
 /** Jitter spreads retries of many deliveries failing together (±20 %). */
 const JITTER = 0.2;
 const BODY_CACHE = 256;
+/** Endpoints whose failing clock is kept; past it the oldest clock is forgotten (restarts later). */
+const MAX_FAILING = 100_000;
 
 export class Dispatcher {
   private readonly events: Table<EventRecord>;
@@ -83,6 +83,7 @@ export class Dispatcher {
   private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
   private readonly bodies = new Map<string, string>();
   private readonly urls = new Map<string, URL>();
+  private readonly failing = new Map<string, number>();
   private readonly signer = new Signer();
   private readonly sender: WebhookSender;
   private readonly resolver: Resolver;
@@ -252,7 +253,7 @@ export class Dispatcher {
     if (this.closing) return;
     let w = this.workers.get(endpointId);
     if (!w) {
-      w = { tenant, running: false, again: false, timer: undefined, lastSuccessAt: 0, fresh: [] };
+      w = { tenant, running: false, again: false, timer: undefined, fresh: [] };
       this.workers.set(endpointId, w);
     }
     w.fresh.push(...fresh);
@@ -290,7 +291,7 @@ export class Dispatcher {
             await Promise.all(records.map((d) => this.settle(d, { attempt: d.attempts.length, at: now, outcome: 'failed', responseStatus: null, error: endpoint ? 'endpoint disabled' : 'endpoint deleted', durationMs: 0 }, undefined)));
             continue;
           }
-          await this.attempt(endpoint, records, w);
+          await this.attempt(endpoint, records);
         }
       } while (w.again);
     } catch (err) {
@@ -332,7 +333,7 @@ export class Dispatcher {
     });
   }
 
-  private async attempt(endpoint: EndpointRecord, records: DeliveryRecord[], w: Worker): Promise<void> {
+  private async attempt(endpoint: EndpointRecord, records: DeliveryRecord[]): Promise<void> {
     const now = this.host.now();
     let target: { url: URL; address: { address: string; family: 4 | 6 } } | undefined;
     let refused: string | undefined;
@@ -363,7 +364,7 @@ export class Dispatcher {
         } else {
           res = { status: null, error: refused ?? 'refused target', retryAfterMs: undefined, durationMs: 0 };
         }
-        gone = (await this.record(d, res, endpoint, w)) || gone;
+        gone = (await this.record(d, res, endpoint)) || gone;
       }),
     );
     if (gone) this.remoteCache.delete(endpoint.tenant);
@@ -394,13 +395,13 @@ export class Dispatcher {
   }
 
   /** Applies the delivery policy to one answer; true when the endpoint was disabled. */
-  private async record(d: DeliveryRecord, res: SendResult, endpoint: EndpointRecord, w: Worker): Promise<boolean> {
+  private async record(d: DeliveryRecord, res: SendResult, endpoint: EndpointRecord): Promise<boolean> {
     const now = this.host.now();
     const n = d.attempts.length + 1;
     const base = { attempt: n, at: now, responseStatus: res.status, error: res.error, durationMs: res.durationMs };
     const s = res.status;
     if (s !== null && s >= 200 && s < 300) {
-      w.lastSuccessAt = now;
+      this.failing.delete(endpoint.id);
       await this.settle(d, { ...base, outcome: 'delivered' }, undefined, 'delivered');
       return false;
     }
@@ -409,20 +410,15 @@ export class Dispatcher {
       await this.disable(endpoint, 'gone');
       return true;
     }
-    const retryable = s === null || (s >= 300 && s < 400) || s === 408 || s === 429 || s >= 500;
-    if (!retryable) {
-      await this.settle(d, { ...base, outcome: 'failed' }, undefined);
-      return false;
-    }
-    // No success since this delivery was first tried, for longer than allowed: disable.
-    const failingSince = Math.max(d.attempts[0]?.at ?? now, w.lastSuccessAt);
-    if (now - failingSince >= this.opts.disableAfterMs) {
+    // No success to this endpoint for longer than allowed, across its deliveries: disable.
+    if (now - this.failingSince(endpoint.id, d.attempts[0]?.at ?? now) >= this.opts.disableAfterMs) {
       await this.settle(d, { ...base, outcome: 'disabled' }, undefined);
       await this.disable(endpoint, 'failing');
       return true;
     }
+    const retryable = s === null || (s >= 300 && s < 400) || s === 408 || s === 429 || s >= 500;
     const wait = this.opts.retrySchedule[n - 1];
-    if (wait === undefined) {
+    if (!retryable || wait === undefined) {
       await this.settle(d, { ...base, outcome: 'failed' }, undefined);
       return false;
     }
@@ -432,6 +428,22 @@ export class Dispatcher {
     const delay = Math.max(jittered, Math.min(res.retryAfterMs ?? 0, longest));
     await this.settle(d, { ...base, outcome: 'retry' }, now + Math.round(delay));
     return false;
+  }
+
+  /**
+   * Since when an endpoint has had no success: the first attempt of the oldest delivery that
+   * failed since the last success this process saw. Kept in memory beside the workers (an
+   * endpoint may fail its every delivery and sit idle between events); after a restart the clock
+   * starts again at the first attempt of the first delivery that fails, which can only delay a
+   * disable, never cause one early.
+   */
+  private failingSince(endpointId: string, firstAttempt: number): number {
+    let since = this.failing.get(endpointId);
+    if (since === undefined) {
+      if (this.failing.size >= MAX_FAILING) this.failing.delete(this.failing.keys().next().value!);
+      this.failing.set(endpointId, (since = firstAttempt));
+    }
+    return since;
   }
 
   /** Commits an attempt; `next` keeps the delivery pending until then. */

@@ -81,6 +81,24 @@ test('no success for the disable window disables the endpoint as failing', async
   t.true(d!.attempts.every((a) => a.responseStatus === 503));
 });
 
+test('the disable clock spans deliveries: an endpoint refusing every event (4xx, not retried) is disabled once the window passes', async (t) => {
+  const { host, r } = t.context;
+  r.answer = () => ({ status: 400 });
+  const e = await setup(t, 'policy-spans');
+  const get = async (): Promise<EndpointRecord> => ok<EndpointRecord>(host.handle({ kind: 'webhook.get', tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id }));
+  for (let i = 0; i < 20 && (await get()).status === 'enabled'; i++) {
+    await order(host, 'policy-spans');
+    await new Promise((done) => setTimeout(done, 300));
+  }
+  const now = await get();
+  t.is(now.status, 'disabled');
+  t.is(now.disabledReason, 'failing');
+  const log = await deliveries(host, e.tenant, e.id);
+  // Each delivery was tried once (a 400 is not retried); several were needed to pass 1.5 s.
+  t.true(log.length >= 5, `${log.length} deliveries`);
+  t.true(log.every((d) => d.attempts.length === 1 && d.status === 'failed'));
+});
+
 test('a receiver slower than the timeout is a timeout, retried; Retry-After beyond the step is honoured', async (t) => {
   const { host, r } = t.context;
   r.answer = (_g, n) => (n === 1 ? { status: 200, delayMs: 1000 } : n === 2 ? { status: 429, headers: { 'retry-after': '2' } } : { status: 200 });
