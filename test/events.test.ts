@@ -19,6 +19,13 @@ async function caller(t: { context: WebhookService }, tenant: string, scope = WE
   return t.context.api.as(tenant, scope);
 }
 
+test('the root document links to the event and webhook collections', async (t) => {
+  const root = await t.context.api.anonymous().get('/v1');
+  t.is(root.json._links.events.href, '/v1/events');
+  t.is(root.json._links.eventTypes.href, '/v1/event-types');
+  t.is(root.json._links.webhookEndpoints.href, '/v1/webhook-endpoints');
+});
+
 test('the catalogue lists every event type with what emits it, without a token', async (t) => {
   const r = await t.context.api.anonymous().get('/v1/event-types');
   t.is(r.status, 200);
