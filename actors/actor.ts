@@ -5,6 +5,7 @@
 import { ApiError } from '../common/errors.js';
 import type { TableSpec } from '../storage/store.js';
 import type { IfMatch, KeyedCommand, ListQuery } from '../proto/messages.js';
+import type { EventRecord } from '../proto/webhooks.js';
 
 export interface Versioned {
   id: string;
@@ -16,6 +17,8 @@ export interface Versioned {
 export interface Decision<T> {
   next: T | undefined;
   reply: unknown;
+  /** Events the change emits (actors/events.ts `emit`), committed in its transaction. */
+  events?: EventRecord[];
 }
 
 export interface ActorDef<T extends Versioned, C extends KeyedCommand> {

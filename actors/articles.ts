@@ -3,6 +3,7 @@
 
 import { ApiError, type FieldError } from '../common/errors.js';
 import type { ArticlePatch, ArticleRecord, CommandOf, ListQuery, Translation } from '../proto/messages.js';
+import { emit } from './events.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 
 export const ARTICLE_SORTS = ['createdAt'] as const;
@@ -74,7 +75,7 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
         if (current) throw new ApiError('conflict', 'An article with that id already exists.');
         checkArticle(cmd.input);
         const article: ArticleRecord = { id: cmd.id, tenant: cmd.tenant, version: 1, ...cmd.input, createdAt: now, updatedAt: now };
-        return { next: article, reply: article };
+        return { next: article, reply: article, events: [emit('article.created', 'article', article, now)] };
       }
 
       case 'article.patch': {
@@ -89,7 +90,7 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
           updatedAt: now,
         };
         checkArticle(next);
-        return { next, reply: next };
+        return { next, reply: next, events: [emit('article.updated', 'article', next, now)] };
       }
 
       case 'article.delete': {

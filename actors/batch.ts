@@ -8,6 +8,7 @@
 
 import { ApiError, toWire, underPointer } from '../common/errors.js';
 import type { BatchOp, BatchOutcome, CommandOf, OrderRecord } from '../proto/messages.js';
+import type { EventRecord } from '../proto/webhooks.js';
 import type { Table, Write } from '../storage/store.js';
 import { orderActor } from './orders.js';
 
@@ -16,6 +17,8 @@ export type BatchCommand = CommandOf<'order.batch'>;
 export interface Plan {
   writes: Write<unknown>[];
   reply: unknown;
+  /** Events to append to the outbox in the same transaction as `writes` (ARCHITECTURE 3). */
+  events?: EventRecord[];
 }
 
 interface Slot {
@@ -45,6 +48,7 @@ function asCommand(cmd: BatchCommand, op: BatchOp): CommandOf<'order.create' | '
 export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: number): Plan {
   const slots = new Map<string, Slot>();
   const outcomes: BatchOutcome[] = [];
+  const events: EventRecord[] = [];
   for (const op of cmd.ops) {
     let slot = slots.get(op.id);
     if (!slot) {
@@ -58,6 +62,7 @@ export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: nu
       if (op.op === 'create' && slot.stored && !slot.current) throw new ApiError('conflict', 'That id is taken.');
       const decision = orderActor.decide(asCommand(cmd, op), slot.current, now);
       slot.current = decision.next;
+      if (decision.events) events.push(...decision.events);
       outcomes.push({ index: op.index, ok: true, id: op.id, version: decision.next?.version ?? null });
     } catch (err) {
       if (!(err instanceof ApiError)) throw err;
@@ -74,5 +79,6 @@ export function planBatch(cmd: BatchCommand, orders: Table<OrderRecord>, now: nu
       if (slot.current !== slot.visible) writes.push({ table: orders as Table<unknown>, id, before: slot.stored, after: slot.current });
     }
   }
-  return { writes, reply: cmd.refused ? [...outcomes, ...cmd.refused] : outcomes };
+  // A failed operation threw before its events were kept; an atomic batch that fails emits none.
+  return { writes, reply: cmd.refused ? [...outcomes, ...cmd.refused] : outcomes, events: cmd.atomic && failed ? [] : events };
 }

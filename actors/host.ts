@@ -32,6 +32,11 @@ import { byUser, dropMemberships, memberActor, planTeamWrite, teamActor, type Te
 import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type EmailClaim } from './users.js';
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
+import { eventActor, EVENTS, eventWrites, OUTBOX } from './events.js';
+import { deliveryActor, endpointActor } from './webhooks.js';
+import { Dispatcher, type DispatchOptions } from './dispatcher.js';
+import { sweepEvents } from './event-sweep.js';
+import type { DeliveryRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { MAX_JOBS, RefundRunner, simulatedProcessor, type RefundProcessor } from './refund-runner.js';
 import { operationActor, planOperationSweep, planRefundStart, refundActor, type RefundTables } from './refunds.js';
 
@@ -56,6 +61,10 @@ export interface HostOptions {
   /** Wall clock for record timestamps and key expiry; tests move it. */
   now?: () => number;
   log: Logger;
+  /** How long events stay readable (EVENT_RETENTION_DAYS). */
+  eventRetentionMs?: number;
+  /** Webhook delivery settings; without them events are kept but not dispatched. */
+  webhooks?: DispatchOptions;
 }
 
 /** The host settings that come from the environment, alike for embedded mode and actor nodes. */
@@ -116,7 +125,9 @@ const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
-  private readonly actors: Record<'order' | 'product' | 'user' | 'article' | 'team' | 'member' | 'refund' | 'operation', Bound>;
+  private readonly events: { events: Table<EventRecord>; outbox: Table<OutboxEntry> };
+  private readonly dispatcher: Dispatcher | undefined;
+  private readonly actors: Record<'order' | 'product' | 'user' | 'article' | 'team' | 'member' | 'refund' | 'operation' | 'webhook' | 'event' | 'delivery', Bound>;
   private readonly refundTables: RefundTables;
   private readonly refunds: RefundRunner;
   private readonly teamTables: TeamTables;
@@ -149,9 +160,13 @@ export class ActorHost implements ActorEndpoint {
       article: bind(articleActor),
       team: bind(teamActor),
       member: bind(memberActor),
+      webhook: bind(endpointActor),
+      event: bind(eventActor),
+      delivery: bind(deliveryActor),
       refund: bind(refundActor),
       operation: bind(operationActor),
     };
+    this.events = { events: this.store.table(EVENTS), outbox: this.store.table(OUTBOX) };
     const members = this.actors.member;
     this.teamTables = {
       teams: this.actors.team.table as unknown as Table<TeamRecord>,
@@ -180,8 +195,19 @@ export class ActorHost implements ActorEndpoint {
     this.sweeper = setInterval(() => {
       void this.sweepIdempotency();
       void this.sweepOperations();
+      void this.sweepEvents();
       this.resumeOperations();
     }, SWEEP_EVERY_MS).unref();
+    this.dispatcher = opts.webhooks
+      ? new Dispatcher(this.store, opts.webhooks, { owns: (p) => this.owns(p), send: (cmd) => this.handle(cmd), now: this.now, log: opts.log })
+      : undefined;
+    this.dispatcher?.start();
+  }
+
+  /** Forgets events and settled deliveries older than EVENT_RETENTION_DAYS, a chunk per transaction. */
+  sweepEvents(): Promise<number> {
+    const deliveries = this.actors.delivery.table as unknown as Table<DeliveryRecord>;
+    return sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - (this.opts.eventRetentionMs ?? 30 * DAY_MS), SWEEP_BATCH);
   }
 
   owns(partition: number): boolean {
@@ -254,6 +280,12 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.member, q);
         case 'article.list':
           return this.list(this.actors.article, q);
+        case 'webhook.list':
+          return this.list(this.actors.webhook, q);
+        case 'event.list':
+          return this.list(this.actors.event, q);
+        case 'delivery.list':
+          return this.list(this.actors.delivery, q);
         case 'refund.list':
           return this.list(this.actors.refund, q);
         default:
@@ -364,7 +396,9 @@ export class ActorHost implements ActorEndpoint {
     const result = await this.holding([orderId], () =>
       this.wrapped(kind, async () => {
         const p = plan(this.now());
-        if (p && p.writes.length) await this.store.commit(p.writes);
+        const writes = p?.events?.length ? [...p.writes, ...eventWrites(p.events, this.events)] : (p?.writes ?? []);
+        if (writes.length) await this.store.commit(writes);
+        if (p?.events?.length) this.dispatcher?.kick();
         return p;
       }),
     );
@@ -375,6 +409,7 @@ export class ActorHost implements ActorEndpoint {
   async close(): Promise<void> {
     this.closing = true;
     clearInterval(this.sweeper);
+    await this.dispatcher?.close();
     await this.refunds.close();
     await Promise.allSettled([...this.boxes.values()].map((b) => b.tail));
     await this.store.close();
@@ -388,6 +423,8 @@ export class ActorHost implements ActorEndpoint {
     if (kind.startsWith('team.')) return this.actors.team;
     if (kind.startsWith('member.')) return this.actors.member;
     if (kind.startsWith('article.')) return this.actors.article;
+    if (kind.startsWith('webhook.')) return this.actors.webhook;
+    if (kind.startsWith('event.')) return this.actors.event;
     if (kind.startsWith('refund.')) return this.actors.refund;
     if (kind.startsWith('operation.')) return this.actors.operation;
     throw new Error(`no actor for ${kind}`);
@@ -437,7 +474,7 @@ export class ActorHost implements ActorEndpoint {
     const { stored, current } = this.load(cmd, bound);
     const decision = bound.def.decide(cmd, current, now);
     const writes: Write<unknown>[] = decision.next === current ? [] : [{ table: bound.table as Table<unknown>, id: cmd.id, before: stored, after: decision.next }];
-    return { writes, reply: decision.reply };
+    return { writes, reply: decision.reply, events: decision.events };
   }
 
   /**
@@ -483,9 +520,15 @@ export class ActorHost implements ActorEndpoint {
       }
       let result: Result<unknown>;
       let writes: Write<unknown>[] = [];
+      let emitted = false;
       try {
         const p = plan(now);
         writes = p.writes;
+        // The outbox rows ride in the change's own transaction (ARCHITECTURE property 3).
+        if (p.events?.length) {
+          writes = [...writes, ...eventWrites(p.events, this.events)];
+          emitted = true;
+        }
         result = { ok: true, value: p.reply };
       } catch (err) {
         if (!(err instanceof ApiError) || err.status >= 500) throw err;
@@ -497,6 +540,7 @@ export class ActorHost implements ActorEndpoint {
         writes.push({ table: this.idem as Table<unknown>, id, before, after });
       }
       if (writes.length) await this.store.commit(writes);
+      if (emitted) this.dispatcher?.kick();
       return result;
     } catch (err) {
       return this.failed(stat, cmd.kind, err);

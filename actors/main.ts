@@ -10,6 +10,8 @@ import { serveActorsOverNats } from '../common/nats-actor-server.js';
 import { parsePartitions, toRanges } from '../common/partitions.js';
 import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
+import { connectNatsBus } from '../common/nats-bus.js';
+import { dispatchOptions } from '../gateway/webhook-wiring.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
@@ -17,11 +19,14 @@ async function main(): Promise<void> {
   const log = createLogger(config.logLevel, 'actors');
   const partitions = parsePartitions(config.actorPartitions);
   const nodeId = config.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 40)}-${process.pid}`;
+  // The dispatcher reads endpoints of tenants whose partition another node owns over the bus.
+  const remote = await connectNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m) });
   const host = new ActorHost({
     dataDir: actorDataDir(config),
     partitions: new Set(partitions),
     ...hostSettings(config),
     log,
+    ...dispatchOptions(config, log, {}, remote),
   });
   const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m) });
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
@@ -34,6 +39,7 @@ async function main(): Promise<void> {
     server
       .close()
       .then(() => host.close())
+      .then(() => remote.close())
       .then(
         () => process.exit(0),
         (err: unknown) => {

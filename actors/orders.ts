@@ -10,6 +10,7 @@
 import { ApiError } from '../common/errors.js';
 import type { CommandOf, OrderRecord, ItemRecord, OrderInput, OrderPatch, ListQuery } from '../proto/messages.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
+import { emit } from './events.js';
 
 export const MAX_ITEMS_PER_ORDER = 100;
 export const MAX_METADATA_KEYS = 50;
@@ -111,21 +112,21 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
           createdAt: now,
           updatedAt: now,
         };
-        return { next: order, reply: order };
+        return { next: order, reply: order, events: [emit('order.created', 'order', order, now)] };
       }
 
       case 'order.replace': {
         const order = existingMatching(current, cmd.ifMatch, 'order');
         guardCurrency(order, cmd.input.currency);
         const next = bump(order, replaceWith(cmd.input), now);
-        return { next, reply: next };
+        return { next, reply: next, events: [emit('order.updated', 'order', next, now)] };
       }
 
       case 'order.patch': {
         const order = existingMatching(current, cmd.ifMatch, 'order');
         guardCurrency(order, cmd.patch.currency);
         const next = bump(order, applyPatch(order, cmd.patch), now);
-        return { next, reply: next };
+        return { next, reply: next, events: [emit('order.updated', 'order', next, now)] };
       }
 
       case 'order.delete': {
@@ -133,7 +134,7 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
         if (order.status === 'paid' || order.status === 'refunded') {
           throw invalidState(`A ${order.status} order cannot be deleted; refund it instead.`);
         }
-        return { next: undefined, reply: null };
+        return { next: undefined, reply: null, events: [emit('order.deleted', 'order', order, now)] };
       }
 
       case 'order.pay': {
@@ -141,14 +142,14 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
         if (order.status !== 'pending') throw invalidState(`A ${order.status} order cannot be paid.`);
         if (order.total <= 0) throw invalidState('An order with a total of 0 cannot be paid.');
         const next = bump(order, { status: 'paid' }, now);
-        return { next, reply: next };
+        return { next, reply: next, events: [emit('order.paid', 'order', next, now)] };
       }
 
       case 'order.cancel': {
         const order = existingMatching(current, cmd.ifMatch, 'order');
         if (order.status !== 'pending') throw invalidState(`A ${order.status} order cannot be cancelled.`);
         const next = bump(order, { status: 'cancelled' }, now);
-        return { next, reply: next };
+        return { next, reply: next, events: [emit('order.cancelled', 'order', next, now)] };
       }
 
       case 'order.addItem': {
@@ -161,7 +162,7 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
         }
         const item: ItemRecord = { ...cmd.item, createdAt: now, updatedAt: now };
         const next = bump(order, { items: [...order.items, item] }, now);
-        return { next, reply: next };
+        return { next, reply: next, events: [emit('order.updated', 'order', next, now)] };
       }
     }
   },

@@ -17,6 +17,7 @@ import type { CommandOf, ListQuery, OperationRecord, OrderRecord, RefundRecord }
 import type { Table, Write } from '../storage/store.js';
 import { type ActorDef, existing } from './actor.js';
 import type { Plan } from './batch.js';
+import { emit } from './events.js';
 
 /** Refunds one order may take in its life: every one is a record and a processor call. */
 export const MAX_REFUNDS_PER_ORDER = 100;
@@ -127,6 +128,7 @@ export function planRefundStart(cmd: CommandOf<'refund.create'>, t: RefundTables
   return {
     writes: [write(t.orders, order.id, order, held), write(t.refunds, refund.id, undefined, refund), write(t.operations, op.id, undefined, op)],
     reply: op,
+    events: [emit('refund.created', 'refund', refund, now)],
   };
 }
 
@@ -156,7 +158,11 @@ export function planRefundFinish(opId: string, outcome: ProcessorOutcome, t: Ref
     const error: WireError = { code: 'internal', detail: 'The order of this refund no longer exists.' };
     const failedRefund: RefundRecord = { ...refund, updatedAt: now, status: 'failed', failureReason: error.detail, version: refund.version + 1 };
     const failedOp: OperationRecord = { ...op, updatedAt: now, ...done, status: 'failed', error, version: op.version + 1 };
-    return { writes: [write(t.refunds, refund.id, refund, failedRefund), write(t.operations, op.id, op, failedOp)], reply: failedOp };
+    return {
+      writes: [write(t.refunds, refund.id, refund, failedRefund), write(t.operations, op.id, op, failedOp)],
+      reply: failedOp,
+      events: [emit('refund.failed', 'refund', failedRefund, now)],
+    };
   }
   const held = (order.refundHeld ?? 0) - refund.amount;
   if (held < 0) throw new Error(`refund ${refund.id} releases more than its order ${order.id} holds`);
@@ -174,9 +180,12 @@ export function planRefundFinish(opId: string, outcome: ProcessorOutcome, t: Ref
     nextRefund = { ...refund, updatedAt: now, status: 'failed', failureReason: outcome.error.detail, version: refund.version + 1 };
     nextOp = { ...op, updatedAt: now, ...done, status: 'failed', error: outcome.error, version: op.version + 1 };
   }
+  const events = [emit(outcome.ok ? 'refund.succeeded' : 'refund.failed', 'refund', nextRefund, now)];
+  if (nextOrder.status === 'refunded' && order.status !== 'refunded') events.push(emit('order.refunded', 'order', nextOrder, now));
   return {
     writes: [write(t.orders, order.id, order, nextOrder), write(t.refunds, refund.id, refund, nextRefund), write(t.operations, op.id, op, nextOp)],
     reply: nextOp,
+    events,
   };
 }
 

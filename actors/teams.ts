@@ -7,6 +7,7 @@ import type { CommandOf, ListQuery, MembershipRecord, TeamRecord, UserRecord } f
 import type { Table, Write } from '../storage/store.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 import type { Plan } from './batch.js';
+import { emit } from './events.js';
 
 export const TEAM_SORTS = ['createdAt', 'name'] as const;
 
@@ -85,7 +86,7 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
       if (t.members.get(cmd.id)) throw new ApiError('conflict', 'The user is already a member of this team.');
       const m: MembershipRecord = { id: cmd.id, tenant: cmd.tenant, version: 1, teamId: cmd.teamId, userId: cmd.userId, role: cmd.role, joinedAt: now, updatedAt: now };
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: undefined, after: m });
-      return { writes, reply: m };
+      return { writes, reply: m, events: [emit('team.member.added', 'membership', m, now)] };
     }
     case 'member.patch': {
       const stored = t.members.get(cmd.id);
@@ -96,9 +97,9 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
     }
     case 'member.remove': {
       const stored = t.members.get(cmd.id);
-      existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
+      const m = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: undefined });
-      return { writes, reply: null };
+      return { writes, reply: null, events: [emit('team.member.removed', 'membership', m, now)] };
     }
   }
 }

@@ -11,6 +11,7 @@ import type { CommandOf, ListQuery, UserInput, UserRecord } from '../proto/messa
 import type { Table, TableSpec, Write } from '../storage/store.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 import type { Plan } from './batch.js';
+import { emit } from './events.js';
 
 export const USER_SORTS = ['createdAt', 'email'] as const;
 
@@ -70,7 +71,9 @@ export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: 
   };
   const put = (next: UserRecord | undefined): Plan => {
     writes.push({ table: users as Table<unknown>, id: cmd.id, before: stored, after: next });
-    return { writes, reply: next ?? null };
+    const type = cmd.kind === 'user.create' ? 'user.created' : next ? 'user.updated' : 'user.deleted';
+    const state = next ?? stored;
+    return { writes, reply: next ?? null, events: state ? [emit(type, 'user', state, now)] : [] };
   };
   const changeTo = (user: UserRecord, input: Partial<UserInput>): Plan => {
     const email = input.email ?? user.email;

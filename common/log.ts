@@ -10,6 +10,6 @@ export function createLogger(level: string, name: string): Logger {
   return pino({
     name,
     level,
-    redact: ['authorization', 'headers.authorization', '*.signingSecret', 'signingSecret', 'secret'],
+    redact: ['authorization', 'headers.authorization', '*.signingSecret', 'signingSecret', 'secret', '*.secret', 'secrets', '*.secrets'],
   });
 }

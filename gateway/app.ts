@@ -23,6 +23,9 @@ import { refundRoutes } from './resources/refunds.js';
 import { teamRoutes } from './resources/teams.js';
 import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
+import { eventRoutes } from './resources/events.js';
+import { webhookRoutes } from './resources/webhooks.js';
+import { dispatchOptions, warnIfPrivateTargets, type WebhookHooks } from './webhook-wiring.js';
 
 export interface Service {
   url: string;
@@ -32,8 +35,9 @@ export interface Service {
   close(): Promise<void>;
 }
 
-export function allRoutes(): RouteDef[] {
+export function allRoutes(hooks: WebhookHooks = {}): RouteDef[] {
   const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...refundRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
+  routes.push(...eventRoutes, ...webhookRoutes(hooks));
   routes.push(...metaRoutes(() => routes));
   return routes;
 }
@@ -43,7 +47,7 @@ export function actorDataDir(config: Config): string {
 }
 
 /** What tests may put in place of the real parts. */
-export interface ServiceParts {
+export interface ServiceParts extends WebhookHooks {
   /** The payment processor embedded mode refunds through (default: simulated, REFUND_PROCESSING_MS). */
   refundProcessor?: RefundProcessor;
 }
@@ -55,6 +59,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     if (!config.jwtSecret) throw new Error('AUTH_JWT_SECRET must be set in cluster mode: every gateway needs the same one.');
     const { connectNatsBus } = await import('../common/nats-bus.js');
     bus = await connectNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m) });
+    warnIfPrivateTargets(config, log);
   } else {
     host = new ActorHost({
       dataDir: actorDataDir(config),
@@ -62,11 +67,12 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
       ...hostSettings(config),
       refundProcessor: parts.refundProcessor,
       log,
+      ...dispatchOptions(config, log, parts),
     });
     bus = new LocalBus(host, config.busTimeoutMs);
   }
   const gateway = createGateway({
-    routes: allRoutes(),
+    routes: allRoutes(parts),
     auth: new Authenticator(jwtSecret(config.jwtSecret, config.dataDir)),
     bus: new BusClient(bus),
     config,

@@ -4,6 +4,7 @@
 
 import type { WireError } from '../common/errors.js';
 import type { ArticleInput, ArticlePatch, ArticleRecord } from './articles.js';
+import type { WebhookCommand, WebhookQuery, WebhookReplies } from './webhooks.js';
 
 export type { ArticleInput, ArticlePatch, ArticleRecord, Translation } from './articles.js';
 
@@ -277,7 +278,9 @@ export type Command =
    * Asks the owner of `partition` for the stored answer to `idem` (a read): the answer itself,
    * marked replayed; or 409 while a request with the key runs; or `null` when there is none.
    */
-  | (Base & { kind: 'idem.peek'; idem: IdemTag });
+  | (Base & { kind: 'idem.peek'; idem: IdemTag })
+  // Webhook endpoints (in the tenant's partition) and events (where they were emitted).
+  | (Omit<Base, 'tenant' | 'partition'> & WebhookCommand);
 
 /**
  * One operation of POST /orders/batch, already validated and priced by the gateway. Every order
@@ -302,9 +305,10 @@ export type Query =
   | { kind: 'member.list'; query: ListQuery }
   | { kind: 'article.list'; query: ListQuery }
   /** `filter` is the order id. */
-  | { kind: 'refund.list'; query: ListQuery };
+  | { kind: 'refund.list'; query: ListQuery }
+  | WebhookQuery;
 
-export interface ReplyMap {
+export interface ReplyMap extends WebhookReplies {
   'order.create': OrderRecord;
   'order.get': OrderRecord;
   'order.replace': OrderRecord;

@@ -107,7 +107,7 @@ export function problemResponses(...statuses: number[]): Record<number, string> 
 export async function plainListPage<T extends { id: string; version: number }>(
   ctx: Ctx,
   opts: {
-    kind: 'product.list' | 'user.list' | 'team.list' | 'member.list' | 'refund.list';
+    kind: 'product.list' | 'user.list' | 'team.list' | 'member.list' | 'refund.list' | 'webhook.list' | 'event.list' | 'delivery.list';
     base: string;
     /** The index filter (e.g. a team's id for its members); the cursor is bound to it. */
     filter?: string;

@@ -73,6 +73,9 @@ export function metaRoutes(allRoutes: () => readonly RouteDef[]): RouteDef[] {
           users: { href: '/v1/users' },
           teams: { href: '/v1/teams' },
           articles: { href: '/v1/articles' },
+          webhookEndpoints: { href: '/v1/webhook-endpoints' },
+          events: { href: '/v1/events' },
+          eventTypes: { href: '/v1/event-types' },
           openapi: { href: '/v1/openapi.json' },
           docs: { href: '/docs' },
         };

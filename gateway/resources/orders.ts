@@ -137,7 +137,7 @@ function renderItem(orderId: string, i: ItemRecord, products: Map<string, Produc
   return rep;
 }
 
-function renderOrder(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined): Record<string, unknown> {
+export function renderOrder(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined): Record<string, unknown> {
   const rep: Record<string, unknown> = {
     id: o.id,
     status: o.status,

@@ -62,7 +62,7 @@ const operationSchema: JsonSchema = {
   },
 };
 
-function renderRefund(r: RefundRecord): Record<string, unknown> {
+export function renderRefund(r: RefundRecord): Record<string, unknown> {
   return {
     id: r.id,
     orderId: r.orderId,

@@ -48,7 +48,7 @@ function renderTeam(t: TeamRecord): Record<string, unknown> {
   return { id: t.id, name: t.name, createdAt: iso(t.createdAt), updatedAt: iso(t.updatedAt), _links: { self: { href: self }, members: { href: `${self}/members` } } };
 }
 
-function renderMember(m: MembershipRecord): Record<string, unknown> {
+export function renderMember(m: MembershipRecord): Record<string, unknown> {
   return {
     userId: m.userId,
     teamId: m.teamId,

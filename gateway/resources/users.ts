@@ -42,7 +42,7 @@ const userSchema: JsonSchema = {
   properties: { id: { type: 'string' }, ...writable, createdAt: { type: 'string', format: 'date-time' }, updatedAt: { type: 'string', format: 'date-time' }, _links: linksSchema },
 };
 
-function renderUser(u: UserRecord): Record<string, unknown> {
+export function renderUser(u: UserRecord): Record<string, unknown> {
   return { id: u.id, email: u.email, name: u.name, createdAt: iso(u.createdAt), updatedAt: iso(u.updatedAt), _links: { self: { href: `${BASE}/${u.id}` } } };
 }
 

@@ -95,7 +95,7 @@ interface ActorNode {
 }
 
 /** Spawns `node dist/actors/main.js` and resolves once it prints that it is serving. */
-async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string): Promise<ActorNode> {
+async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string, env: Record<string, string> = {}): Promise<ActorNode> {
   const child = spawn(process.execPath, [ACTOR_MAIN], {
     cwd: ROOT,
     env: {
@@ -105,6 +105,7 @@ async function startActorNode(natsUrl: string, nodeId: string, partitions: strin
       DATA_DIR: dataDir,
       ACTOR_PARTITIONS: partitions,
       LOG_LEVEL: 'warn',
+      ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -181,7 +182,8 @@ async function waitForOwners(url: string, secret: string): Promise<void> {
   }
 }
 
-export async function startCluster(): Promise<RunningService> {
+/** `env` adds to the variables every gateway and actor node is configured from. */
+export async function startCluster(env: Record<string, string> = {}): Promise<RunningService> {
   const secret = newSecret();
   const dirs: string[] = [];
   const nodes: ActorNode[] = [];
@@ -202,8 +204,8 @@ export async function startCluster(): Promise<RunningService> {
     const [lowDir, highDir, gatewayDir] = await Promise.all([tempDir('node-low'), tempDir('node-high'), tempDir('gateway')]);
     dirs.push(lowDir, highDir, gatewayDir);
     const started = await Promise.allSettled([
-      startActorNode(natsUrl, 'e2e-low', '0-127', lowDir),
-      startActorNode(natsUrl, 'e2e-high', '128-255', highDir),
+      startActorNode(natsUrl, 'e2e-low', '0-127', lowDir, env),
+      startActorNode(natsUrl, 'e2e-high', '128-255', highDir, env),
     ]);
     for (const s of started) if (s.status === 'fulfilled') nodes.push(s.value);
     const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
@@ -211,7 +213,7 @@ export async function startCluster(): Promise<RunningService> {
 
     // Two gateways, as behind a load balancer: any of them may take any request (ARCHITECTURE 4).
     for (let i = 0; i < 2; i++) {
-      const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: gatewayDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', NATS_URL: natsUrl });
+      const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: gatewayDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', NATS_URL: natsUrl, ...env });
       gateways.push(await startService(config, silent()));
     }
     await Promise.all(gateways.map((g) => waitForOwners(g.url, secret)));

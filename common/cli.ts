@@ -1,0 +1,21 @@
+// What the project's small command-line tools share (`npm run token`, `npm run webhooks:listen`):
+// options parsed with node:util, and a usage error (exit 2, no stack) for anything it refuses.
+
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+
+/** Prints the problem and the usage line, and exits 2. */
+export function usageError(usage: string, problem?: string): never {
+  process.stderr.write(problem ? `${problem}\n${usage}` : usage);
+  process.exit(2);
+}
+
+/** The parsed option values; a misspelled option or a missing value is a usage error. */
+export function cliOptions<O extends Options>(usage: string, options: O): ReturnType<typeof parseArgs<{ options: O }>>['values'] {
+  try {
+    return parseArgs({ options }).values;
+  } catch (err) {
+    usageError(usage, err instanceof Error ? err.message : String(err));
+  }
+}

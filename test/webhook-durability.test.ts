@@ -1,0 +1,115 @@
+// At least once across SIGKILL (issue 5, CONTRACT §10): the real process (`node
+// dist/gateway/main.js`) fans 100 events out to 20 endpoints, is SIGKILLed in the middle of it,
+// and restarts on the same DATA_DIR. Every (endpoint, event) pair must then arrive, each event
+// with the id it was given when its write committed (the ids GET /v1/events lists).
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import anyTest, { type TestFn } from 'ava';
+import { HttpClient } from './helpers/client.js';
+import { ROOT, removeDir, tempDir, token } from './helpers/edge-kit.js';
+import { startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
+
+interface Context {
+  dir: string;
+  children: Set<ChildProcess>;
+}
+
+const test = anyTest as TestFn<Context>;
+const SECRET = 'webhook-durability-secret-0123456789abcdef';
+const MAIN = join(ROOT, 'dist', 'gateway', 'main.js');
+const ENDPOINTS = 20;
+const ORDERS = 100;
+
+test.before(async (t) => {
+  t.context = { dir: await tempDir('webhook-durability'), children: new Set() };
+});
+
+test.after.always(async (t) => {
+  for (const child of t.context.children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  await removeDir(t.context.dir);
+});
+
+function start(t: { context: Context }): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, [MAIN], {
+    env: {
+      PATH: process.env.PATH ?? '',
+      PORT: '0',
+      HOST: '127.0.0.1',
+      DATA_DIR: t.context.dir,
+      AUTH_JWT_SECRET: SECRET,
+      LOG_LEVEL: 'error',
+      WEBHOOK_ALLOW_PRIVATE_TARGETS: '1',
+      WEBHOOK_RETRY_SCHEDULE: '1,1,1,1,1',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  t.context.children.add(child);
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`no listening line:\n${out}`)), 15_000);
+    child.stderr?.on('data', (d: Buffer) => (out = (out + d.toString()).slice(-4000)));
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, url: m[1]! });
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`exited (${code ?? signal}) before listening:\n${out}`));
+    });
+  });
+}
+
+test.serial('SIGKILL mid-fan-out: after a restart every event reaches every endpoint with its original id', async (t) => {
+  const tok = await token(SECRET, WEBHOOK_SCOPES, { tenant: 'durable-hooks' });
+  const r = await startReceiver();
+  // Slow answers keep the fan-out in flight long enough to be cut.
+  r.answer = () => ({ status: 200, delayMs: 40 });
+  let run = await start(t);
+  let http = new HttpClient(run.url);
+  try {
+    const auth = { authorization: `Bearer ${tok}` };
+    for (let i = 0; i < ENDPOINTS; i++) {
+      const e = await http.send('POST', '/v1/webhook-endpoints', { headers: auth, json: { endpointUrl: `http://127.0.0.1:${r.port}/hook/${i}`, eventTypes: ['order.created'] } });
+      t.is(e.status, 201);
+    }
+    await Promise.all(
+      Array.from({ length: ORDERS }, async (_, i) => {
+        const o = await http.send('POST', '/v1/orders', { headers: auth, json: { currency: 'EUR', note: `o${i}` } });
+        t.is(o.status, 201);
+      }),
+    );
+    await until('the fan-out to start', () => r.got.length >= 100, 30_000);
+    run.child.kill('SIGKILL');
+    await new Promise((done) => run.child.once('exit', done));
+    const before = new Set(r.got.map((g) => `${g.path} ${g.json.id as string}`)).size;
+    t.log(`${before} of ${ENDPOINTS * ORDERS} deliveries had arrived at the kill`);
+    await http.close();
+
+    run = await start(t);
+    http = new HttpClient(run.url);
+    const ids: string[] = [];
+    let path: string | undefined = '/v1/events?type=order.created&limit=100';
+    for (let i = 0; path && i < 5; i++) {
+      const page = await http.send('GET', path, { headers: auth });
+      t.is(page.status, 200);
+      ids.push(...(page.json.data as { id: string }[]).map((e) => e.id));
+      path = page.json._links.next?.href as string | undefined;
+    }
+    t.is(ids.length, ORDERS);
+    const want = new Set<string>();
+    for (let i = 0; i < ENDPOINTS; i++) for (const id of ids) want.add(`/hook/${i} ${id}`);
+    r.answer = () => ({ status: 200 });
+    await until('every delivery', () => new Set(r.got.map((g) => `${g.path} ${g.json.id as string}`)).size >= want.size, 60_000);
+    const got = new Set(r.got.map((g) => `${g.path} ${g.json.id as string}`));
+    t.deepEqual([...got].sort(), [...want].sort());
+  } finally {
+    await http.close();
+    run.child.kill('SIGKILL');
+    await r.close();
+  }
+});

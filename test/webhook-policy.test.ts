@@ -1,0 +1,150 @@
+// Delivery policy details measured on the actor host directly (ARCHITECTURE: the host does the
+// transactions): an endpoint failing without a success for WEBHOOK_DISABLE_AFTER_HOURS is
+// disabled (the window shrunk to 1.5 s here, which the environment variable cannot express),
+// a receiver slower than WEBHOOK_TIMEOUT_MS is a timeout that is retried, and a Retry-After
+// longer than the schedule's step is honoured.
+
+import anyTest, { type TestFn } from 'ava';
+import { ActorHost } from '../actors/host.js';
+import { newId, partitionFor, partitionOf, PARTITIONS } from '../common/ids.js';
+import { newSigningSecret } from '../common/webhook-signature.js';
+import type { Command, Result } from '../proto/messages.js';
+import type { DeliveryRecord, EndpointRecord } from '../proto/webhooks.js';
+import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
+
+const test = anyTest as TestFn<{ host: ActorHost; dir: string; r: Receiver }>;
+const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+
+test.beforeEach(async (t) => {
+  const dir = await tempDir('webhook-policy');
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: ALL,
+    mailboxLimit: 100,
+    log: silentLog(),
+    webhooks: { retrySchedule: [1, 1, 1, 1, 1, 4], timeoutMs: 300, disableAfterMs: 1500, allowPrivateTargets: true },
+  });
+  t.context = { host, dir, r: await startReceiver() };
+});
+
+test.afterEach.always(async (t) => {
+  await t.context.r.close();
+  await t.context.host.close();
+  await removeDir(t.context.dir);
+});
+
+async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
+  const r = await p;
+  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
+  return r.value as T;
+}
+
+async function setup(t: { context: { host: ActorHost; r: Receiver } }, tenant: string): Promise<EndpointRecord> {
+  const partition = partitionFor(tenant);
+  const cmd: Command = {
+    kind: 'webhook.create',
+    tenant,
+    partition,
+    id: newId('webhookEndpoint', partition),
+    input: { endpointUrl: t.context.r.url, eventTypes: ['*'], apiVersion: 'v1', description: null },
+    secret: newSigningSecret(),
+  };
+  return ok<EndpointRecord>(t.context.host.handle(cmd));
+}
+
+async function order(host: ActorHost, tenant: string): Promise<void> {
+  const id = newId('order');
+  await ok(host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+}
+
+async function deliveries(host: ActorHost, tenant: string, endpointId: string): Promise<DeliveryRecord[]> {
+  const pages = await ok<{ rows: { record: DeliveryRecord }[] }>(
+    host.query({ kind: 'delivery.list', query: { tenant, filter: endpointId, sort: 'createdAt', dir: 'desc', after: undefined, limit: 100, withChildren: true } }),
+  );
+  return pages.rows.map((r) => r.record);
+}
+
+test('no success for the disable window disables the endpoint as failing', async (t) => {
+  const { host, r } = t.context;
+  r.answer = () => ({ status: 503 });
+  const e = await setup(t, 'policy-failing');
+  await order(host, 'policy-failing');
+  await until('disabled', async () => (await ok<EndpointRecord>(host.handle({ kind: 'webhook.get', tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id }))).status === 'disabled');
+  const now = await ok<EndpointRecord>(host.handle({ kind: 'webhook.get', tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id }));
+  t.is(now.disabledReason, 'failing');
+  const [d] = await deliveries(host, e.tenant, e.id);
+  t.is(d!.status, 'failed');
+  t.is(d!.attempts.at(-1)!.outcome, 'disabled');
+  // Retried before that: more than one attempt, all 503.
+  t.true(d!.attempts.length >= 2);
+  t.true(d!.attempts.every((a) => a.responseStatus === 503));
+});
+
+test('the disable clock spans deliveries: an endpoint refusing every event (4xx, not retried) is disabled once the window passes', async (t) => {
+  const { host, r } = t.context;
+  r.answer = () => ({ status: 400 });
+  const e = await setup(t, 'policy-spans');
+  const get = async (): Promise<EndpointRecord> => ok<EndpointRecord>(host.handle({ kind: 'webhook.get', tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id }));
+  for (let i = 0; i < 20 && (await get()).status === 'enabled'; i++) {
+    await order(host, 'policy-spans');
+    await new Promise((done) => setTimeout(done, 300));
+  }
+  const now = await get();
+  t.is(now.status, 'disabled');
+  t.is(now.disabledReason, 'failing');
+  const log = await deliveries(host, e.tenant, e.id);
+  // Each delivery was tried once (a 400 is not retried); several were needed to pass 1.5 s.
+  t.true(log.length >= 5, `${log.length} deliveries`);
+  t.true(log.every((d) => d.attempts.length === 1 && d.status === 'failed'));
+});
+
+test('a receiver slower than the timeout is a timeout, retried; Retry-After beyond the step is honoured', async (t) => {
+  const { host, r } = t.context;
+  r.answer = (_g, n) => (n === 1 ? { status: 200, delayMs: 1000 } : n === 2 ? { status: 429, headers: { 'retry-after': '2' } } : { status: 200 });
+  const e = await setup(t, 'policy-timeout');
+  await order(host, 'policy-timeout');
+  let d: DeliveryRecord | undefined;
+  await until('delivered', async () => {
+    [d] = await deliveries(host, e.tenant, e.id);
+    return d?.status === 'delivered';
+  });
+  const [first, second, third] = d!.attempts;
+  t.is(first!.error, 'timeout');
+  t.is(first!.outcome, 'retry');
+  t.is(second!.responseStatus, 429);
+  t.is(third!.outcome, 'delivered');
+  // The schedule said ~1 s; Retry-After said 2 (within the longest step, 4 s, so honoured).
+  t.true(third!.at - second!.at >= 2000, `${third!.at - second!.at} ms`);
+  t.is(new Set(r.got.map((g) => g.json.id as string)).size, 1);
+});
+
+test('events and settled deliveries are swept after the retention; pending ones stay', async (t) => {
+  const dir = await tempDir('webhook-retention');
+  let clock = Date.now();
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog(), now: () => clock, eventRetentionMs: 60_000, webhooks: { retrySchedule: [3600], timeoutMs: 300, disableAfterMs: 3_600_000, allowPrivateTargets: true } });
+  const r = t.context.r;
+  try {
+    const tenant = 'policy-retention';
+    const partition = partitionFor(tenant);
+    const e = await ok<EndpointRecord>(host.handle({ kind: 'webhook.create', tenant, partition, id: newId('webhookEndpoint', partition), input: { endpointUrl: r.url, eventTypes: ['*'], apiVersion: 'v1', description: null }, secret: newSigningSecret() }));
+    await order(host, tenant);
+    await until('delivered', async () => (await deliveries(host, tenant, e.id))[0]?.status === 'delivered');
+    r.answer = () => ({ status: 500 });
+    await order(host, tenant);
+    await until('a retry pending', async () => (await deliveries(host, tenant, e.id)).some((d) => d.status === 'pending' && d.attempts.length === 1));
+    const events = async (): Promise<number> =>
+      (await ok<{ rows: unknown[] }>(host.query({ kind: 'event.list', query: { tenant, filter: undefined, sort: 'created', dir: 'desc', after: undefined, limit: 100, withChildren: true } }))).rows.length;
+    t.is(await events(), 2);
+    t.is(await host.sweepEvents(), 0);
+    clock += 61_000;
+    t.is(await host.sweepEvents(), 3); // two events, one delivered delivery
+    t.is(await events(), 0);
+    const left = await deliveries(host, tenant, e.id);
+    t.is(left.length, 1);
+    t.is(left[0]!.status, 'pending');
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});

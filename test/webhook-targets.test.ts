@@ -1,0 +1,142 @@
+// Where webhooks may go (issue 5, CONTRACT §10): https only, public addresses only, checked at
+// registration (422 with the reason) and again at every delivery after DNS resolution (a name
+// that later resolves to 127.0.0.1 reaches nothing); and TLS that verifies the receiver's
+// certificate against a test CA the dispatcher is told to trust.
+
+import test from 'ava';
+import { parseTarget, refusedAddress, TargetRefused, type Resolver } from '../actors/webhook-target.js';
+import { verifyWebhook } from '../common/webhook-signature.js';
+import { makeTestCa, startReceiver, startWebhookService, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
+
+const PUBLIC = '93.184.216.34';
+
+test('private, reserved and special addresses are refused; public ones pass', (t) => {
+  for (const a of [
+    '127.0.0.1',
+    '127.255.0.9',
+    '10.1.2.3',
+    '172.16.0.1',
+    '172.31.255.255',
+    '192.168.1.1',
+    '169.254.169.254',
+    '100.64.0.1',
+    '100.127.255.254',
+    '0.0.0.0',
+    '0.1.2.3',
+    '240.0.0.1',
+    '255.255.255.255',
+    '224.0.0.1',
+    '239.255.255.250',
+    '192.0.2.10',
+    '198.51.100.7',
+    '203.0.113.200',
+    '198.18.0.1',
+    '::1',
+    '::',
+    'fe80::1',
+    'fc00::1',
+    'fd12:3456::1',
+    'ff02::1',
+    '::ffff:127.0.0.1',
+    '::ffff:8.8.8.8',
+    '2001:db8::1',
+    '64:ff9b::7f00:1',
+  ]) {
+    t.truthy(refusedAddress(a), a);
+  }
+  for (const a of [PUBLIC, '8.8.8.8', '1.1.1.1', '172.32.0.1', '100.128.0.1', '2606:4700:4700::1111']) t.is(refusedAddress(a), undefined, a);
+});
+
+test('URL forms: https only, no credentials, every spelling of a private IPv4 literal refused', (t) => {
+  for (const raw of ['https://2130706433/', 'https://0177.0.0.1/', 'https://0x7f.1/', 'https://0x7f000001/', 'https://127.1/', 'https://[::ffff:7f00:1]/', 'https://[::1]:8443/', 'https://169.254.169.254/latest/meta-data/', 'https://0/']) {
+    t.throws(() => parseTarget(raw, false), { instanceOf: TargetRefused }, raw);
+  }
+  t.throws(() => parseTarget(`http://${PUBLIC}/`, false), { message: /https/ });
+  t.throws(() => parseTarget(`https://u:p@${PUBLIC}/`, false), { message: /credentials/ });
+  t.throws(() => parseTarget('not a url', false), { instanceOf: TargetRefused });
+  t.is(parseTarget(`https://${PUBLIC}/hook`, false).hostname, PUBLIC);
+  t.is(parseTarget('http://127.0.0.1:3000/', true).port, '3000');
+});
+
+test('registration refuses private targets (422 naming why); delivery re-checks after DNS and never connects to a rebound name', async (t) => {
+  let rebound = false;
+  const resolver: Resolver = async (host) => {
+    if (host === 'private.test') return [{ address: '10.0.0.7', family: 4 }];
+    if (host === 'mixed.test') return [{ address: PUBLIC, family: 4 }, { address: '127.0.0.1', family: 4 }];
+    if (host === 'rebind.test') return [{ address: rebound ? '127.0.0.1' : PUBLIC, family: 4 }];
+    throw new Error('ENOTFOUND');
+  };
+  const s = await startWebhookService({ WEBHOOK_ALLOW_PRIVATE_TARGETS: '' }, { resolver });
+  const tls = await makeTestCa();
+  const r = await startReceiver({ tls: { key: tls.key, cert: tls.cert } });
+  try {
+    const c = await s.api.as('ssrf', WEBHOOK_SCOPES);
+    const refuse = async (url: string, reason: RegExp): Promise<void> => {
+      const res = await c.post('/v1/webhook-endpoints', { endpointUrl: url, eventTypes: ['*'] });
+      t.is(res.status, 422, url);
+      t.is(res.json.errors[0].pointer, '/endpointUrl');
+      t.regex(res.json.detail as string, reason, url);
+    };
+    await refuse(`http://${PUBLIC}/`, /https/);
+    await refuse('https://127.0.0.1/', /not a public address/);
+    await refuse('https://2130706433/', /127\.0\.0\.1 is not a public address/);
+    await refuse('https://[::ffff:a9fe:a9fe]/', /not a public address/);
+    await refuse('https://private.test/hook', /10\.0\.0\.7 is not a public address/);
+    await refuse('https://mixed.test/hook', /127\.0\.0\.1 is not a public address/);
+    await refuse('https://nowhere.test/hook', /does not resolve/);
+
+    const created = await c.post('/v1/webhook-endpoints', { endpointUrl: `https://rebind.test:${r.port}/hook`, eventTypes: ['*'] });
+    t.is(created.status, 201);
+    // A PATCH to a private URL is refused the same way.
+    const patched = await c.patch(`/v1/webhook-endpoints/${created.json.id as string}`, { endpointUrl: 'https://private.test/' });
+    t.is(patched.status, 422);
+
+    rebound = true;
+    t.is((await c.post('/v1/orders', { currency: 'EUR' })).status, 201);
+    let attempts: { error: string | null; responseStatus: number | null }[] = [];
+    await until('a refused attempt', async () => {
+      const page = await c.get(`/v1/webhook-endpoints/${created.json.id as string}/deliveries`);
+      attempts = page.json.data[0]?.attempts ?? [];
+      return attempts.length > 0;
+    });
+    t.regex(attempts[0]!.error!, /127\.0\.0\.1 is not a public address/);
+    t.is(attempts[0]!.responseStatus, null);
+    t.is(r.got.length, 0);
+  } finally {
+    await r.close();
+    await s.close();
+  }
+});
+
+test('TLS: a receiver whose certificate chains to the trusted test CA gets signed events; without the CA nothing is accepted', async (t) => {
+  const tls = await makeTestCa();
+  const resolver: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
+  const r = await startReceiver({ tls: { key: tls.key, cert: tls.cert }, host: 'localhost' });
+  const trusting = await startWebhookService({}, { resolver, ca: tls.ca });
+  const plain = await startWebhookService({}, { resolver });
+  try {
+    const c = await trusting.api.as('tls', WEBHOOK_SCOPES);
+    const e = await c.post('/v1/webhook-endpoints', { endpointUrl: r.url, eventTypes: ['order.created'] });
+    t.is(e.status, 201);
+    t.true((r.url as string).startsWith('https://localhost:'));
+    await c.post('/v1/orders', { currency: 'EUR', note: 'over tls' });
+    await until('a delivery over TLS', () => r.got.length >= 1);
+    t.is(verifyWebhook(r.got[0]!.raw, r.got[0]!.headers, e.json.signingSecret as string).type, 'order.created');
+
+    const p = await plain.api.as('tls', WEBHOOK_SCOPES);
+    const e2 = await p.post('/v1/webhook-endpoints', { endpointUrl: r.url, eventTypes: ['order.created'] });
+    await p.post('/v1/orders', { currency: 'EUR', note: 'untrusted' });
+    let error: string | null = null;
+    await until('a failed TLS attempt', async () => {
+      const page = await p.get(`/v1/webhook-endpoints/${e2.json.id as string}/deliveries`);
+      error = page.json.data[0]?.attempts[0]?.error ?? null;
+      return error !== null;
+    });
+    t.regex(error!, /CERT|SELF_SIGNED|VERIFY|certificate/i);
+    t.false(r.got.some((g) => g.json.data?.note === 'untrusted'));
+  } finally {
+    await r.close();
+    await trusting.close();
+    await plain.close();
+  }
+});

@@ -1,0 +1,267 @@
+// Webhook endpoints and deliveries end to end (issue 5, CONTRACT §10): real receivers on
+// 127.0.0.1, signatures checked with the `stripe` and `standardwebhooks` packages and with our
+// own verifyWebhook, the type filter, rotation, retries after a 500 and a refused connection,
+// 410 disabling, a receiver down for a while, and the delivery log.
+
+import anyTest, { type TestFn } from 'ava';
+import { Webhook } from 'standardwebhooks';
+import Stripe from 'stripe';
+import { verifyWebhook, WebhookVerificationError } from '../common/webhook-signature.js';
+import type { Caller } from './helpers/client.js';
+import { startReceiver, startWebhookService, until, WEBHOOK_SCOPES, type Receiver, type WebhookService } from './helpers/webhook-kit.js';
+
+const test = anyTest as TestFn<WebhookService>;
+const stripe = new Stripe('sk_test_not_used');
+
+test.before(async (t) => {
+  t.context = await startWebhookService({ WEBHOOK_RETRY_SCHEDULE: '1,1,1' });
+});
+
+test.after.always(async (t) => {
+  await t.context?.close();
+});
+
+async function setup(t: { context: WebhookService }, tenant: string, eventTypes: string[] = ['*']): Promise<{ c: Caller; r: Receiver; endpoint: { id: string; signingSecret: string } }> {
+  const c = await t.context.api.as(tenant, WEBHOOK_SCOPES);
+  const r = await startReceiver();
+  const created = await c.post('/v1/webhook-endpoints', { endpointUrl: r.url, eventTypes });
+  if (created.status !== 201) throw new Error(`create answered ${created.status}: ${created.text}`);
+  return { c, r, endpoint: created.json };
+}
+
+function headerString(h: string | string[] | undefined): string {
+  return Array.isArray(h) ? h.join(',') : (h ?? '');
+}
+
+test('endpoints: create shows the secret once, every answer is no-store, list/read/patch/delete', async (t) => {
+  const c = await t.context.api.as('wh-crud', WEBHOOK_SCOPES);
+  const created = await c.post('/v1/webhook-endpoints', { endpointUrl: 'http://127.0.0.1:9/hook', eventTypes: ['order.created'] });
+  t.is(created.status, 201);
+  t.is(created.headers['cache-control'], 'no-store');
+  t.regex(created.json.signingSecret, /^whsec_[A-Za-z0-9+/]{43}=$/);
+  t.is(Buffer.from((created.json.signingSecret as string).slice(6), 'base64').length, 32);
+  t.is(created.json.status, 'enabled');
+  t.is(created.json.apiVersion, 'v1');
+  t.is(created.headers.location, `/v1/webhook-endpoints/${created.json.id as string}`);
+  const path = created.headers.location!;
+
+  const read = await c.get(path);
+  t.is(read.status, 200);
+  t.is(read.headers['cache-control'], 'no-store');
+  t.false('signingSecret' in read.json);
+  t.false(read.text.includes(created.json.signingSecret as string));
+
+  const list = await c.get('/v1/webhook-endpoints');
+  t.is(list.status, 200);
+  t.is(list.headers['cache-control'], 'no-store');
+  t.is(list.json.data.length, 1);
+  t.false(list.text.includes('whsec_'));
+
+  const patched = await c.patch(path, { eventTypes: ['order.paid', 'order.created'], status: 'disabled' });
+  t.is(patched.status, 200);
+  t.deepEqual(patched.json.eventTypes, ['order.paid', 'order.created']);
+  t.is(patched.json.status, 'disabled');
+  t.is(patched.json.disabledReason, 'manual');
+  t.is((await c.patch(path, { eventTypes: ['no.such'] })).status, 422);
+  t.is((await c.patch(path, { signingSecret: 'whsec_x' })).status, 422);
+
+  const other = await t.context.api.as('wh-crud-other', WEBHOOK_SCOPES);
+  t.is((await other.get(path)).status, 404);
+  t.is((await (await t.context.api.as('wh-crud', 'webhooks:read')).post('/v1/webhook-endpoints', { endpointUrl: 'http://127.0.0.1:9/', eventTypes: ['*'] })).status, 403);
+
+  const gone = await c.delete(path);
+  t.is(gone.status, 204);
+  t.is((await c.get(path)).status, 404);
+});
+
+test('a delivery verifies with stripe, standardwebhooks and verifyWebhook, and carries the event', async (t) => {
+  const { c, r, endpoint } = await setup(t, 'wh-verify');
+  try {
+    const order = await c.post('/v1/orders', { currency: 'EUR', note: 'signed' });
+    t.is(order.status, 201);
+    await until('a delivery', () => r.got.length >= 1);
+    const got = r.got[0]!;
+    t.is(got.headers['content-type'], 'application/json');
+    const eventId = got.json.id as string;
+    t.regex(eventId, /^evt_/);
+    t.is(got.headers['service-event-id'], eventId);
+    t.is(got.headers['webhook-id'], eventId);
+    t.is(got.json.type, 'order.created');
+    t.is(got.json.apiVersion, 'v1');
+    t.is(got.json.data.id, order.json.id);
+    t.is(got.json.data.note, 'signed');
+
+    const sig = headerString(got.headers['service-signature']);
+    t.regex(sig, /^t=\d+,v1=[0-9a-f]{64}$/);
+    const viaStripe = stripe.webhooks.constructEvent(got.raw, sig, endpoint.signingSecret) as unknown as { id: string };
+    t.is(viaStripe.id, eventId);
+
+    const wh = new Webhook(endpoint.signingSecret);
+    const std = wh.verify(got.raw.toString('utf8'), {
+      'webhook-id': headerString(got.headers['webhook-id']),
+      'webhook-timestamp': headerString(got.headers['webhook-timestamp']),
+      'webhook-signature': headerString(got.headers['webhook-signature']),
+    }) as { id: string };
+    t.is(std.id, eventId);
+
+    t.is(verifyWebhook(got.raw, got.headers, endpoint.signingSecret).id, eventId);
+    t.throws(() => verifyWebhook(got.raw, got.headers, 'whsec_' + Buffer.alloc(32).toString('base64')), { instanceOf: WebhookVerificationError });
+    t.throws(() => verifyWebhook(Buffer.concat([got.raw, Buffer.from(' ')]), got.headers, endpoint.signingSecret), { instanceOf: WebhookVerificationError });
+    // A replay outside the window is refused.
+    t.throws(() => verifyWebhook(got.raw, got.headers, endpoint.signingSecret, { now: Math.floor(Date.now() / 1000) + 301 }), { message: /tolerance/ });
+
+    // The event as the API serves it is the same event.
+    const ev = await c.get(`/v1/events/${eventId}`);
+    t.deepEqual(ev.json.data, got.json.data);
+  } finally {
+    await r.close();
+  }
+});
+
+test('only the subscribed event types are delivered', async (t) => {
+  const { c, r } = await setup(t, 'wh-filter', ['order.paid']);
+  try {
+    const p = await c.post('/v1/products', { name: 'Widget', price: 500, currency: 'EUR' });
+    t.is(p.status, 201);
+    const o = await c.post('/v1/orders', { currency: 'EUR', items: [{ productId: p.json.id, quantity: 2 }] });
+    t.is(o.status, 201);
+    t.is((await c.patch(`/v1/orders/${o.json.id as string}`, { note: 'x' })).status, 200);
+    t.is((await c.post(`/v1/orders/${o.json.id as string}/pay`)).status, 200);
+    const other = await c.post('/v1/orders', { currency: 'EUR' });
+    t.is((await c.post(`/v1/orders/${other.json.id as string}/cancel`)).status, 200);
+    const u = await c.post('/v1/users', { email: 'f@example.com' });
+    t.is(u.status, 201);
+    // A ping is delivered whatever the types: it marks the end of what came before.
+    const ping = await c.post(`/v1/webhook-endpoints/${(await c.get('/v1/webhook-endpoints')).json.data[0].id as string}/test`);
+    t.is(ping.status, 202);
+    await until('the ping', () => r.got.some((g) => g.json?.type === 'ping'));
+    const paid = r.got.find((g) => g.json.type === 'order.paid')!;
+    t.is(paid.json.data.total, 1000);
+    t.is(paid.json.data.status, 'paid');
+    t.deepEqual(
+      r.got.map((g) => g.json.type as string).sort(),
+      ['order.paid', 'ping'],
+    );
+  } finally {
+    await r.close();
+  }
+});
+
+test('after a rotation both secrets sign for 24 h; each verifies', async (t) => {
+  const { c, r, endpoint } = await setup(t, 'wh-rotate');
+  try {
+    const rotated = await c.post(`/v1/webhook-endpoints/${endpoint.id}/rotate-secret`);
+    t.is(rotated.status, 200);
+    t.is(rotated.headers['cache-control'], 'no-store');
+    const fresh = rotated.json.signingSecret as string;
+    t.not(fresh, endpoint.signingSecret);
+    await c.post('/v1/orders', { currency: 'EUR' });
+    await until('a delivery', () => r.got.length >= 1);
+    const got = r.got[0]!;
+    const sig = headerString(got.headers['service-signature']);
+    t.regex(sig, /^t=\d+,v1=[0-9a-f]{64},v1=[0-9a-f]{64}$/);
+    t.is(headerString(got.headers['webhook-signature']).split(' ').length, 2);
+    for (const secret of [fresh, endpoint.signingSecret]) {
+      t.is((stripe.webhooks.constructEvent(got.raw, sig, secret) as unknown as { id: string }).id, got.json.id);
+      t.notThrows(() =>
+        new Webhook(secret).verify(got.raw.toString('utf8'), {
+          'webhook-id': headerString(got.headers['webhook-id']),
+          'webhook-timestamp': headerString(got.headers['webhook-timestamp']),
+          'webhook-signature': headerString(got.headers['webhook-signature']),
+        }),
+      );
+      t.is(verifyWebhook(got.raw, got.headers, secret).id, got.json.id);
+    }
+  } finally {
+    await r.close();
+  }
+});
+
+test('a 500 is retried until a 2xx, with the same event id; the delivery log shows each attempt', async (t) => {
+  const { c, r, endpoint } = await setup(t, 'wh-retry');
+  try {
+    r.answer = (_g, n) => (n < 3 ? { status: 500 } : { status: 204 });
+    await c.post('/v1/orders', { currency: 'EUR' });
+    await until('three attempts', () => r.got.length >= 3);
+    t.is(new Set(r.got.map((g) => g.json.id as string)).size, 1);
+    let log: { status: string; attempts: { attempt: number; outcome: string; responseStatus: number | null; durationMs: number }[]; eventId: string; nextAttemptAt: string | null }[] = [];
+    await until('the delivery settles', async () => {
+      const page = await c.get(`/v1/webhook-endpoints/${endpoint.id}/deliveries`);
+      t.is(page.headers['cache-control'], 'no-store');
+      log = page.json.data;
+      return log[0]?.status === 'delivered';
+    });
+    t.is(log.length, 1);
+    t.is(log[0]!.eventId, r.got[0]!.json.id);
+    t.deepEqual(
+      log[0]!.attempts.map((a) => [a.attempt, a.outcome, a.responseStatus]),
+      [
+        [1, 'retry', 500],
+        [2, 'retry', 500],
+        [3, 'delivered', 204],
+      ],
+    );
+    t.is(log[0]!.nextAttemptAt, null);
+    t.is(r.got.length, 3);
+  } finally {
+    await r.close();
+  }
+});
+
+test('a refused connection is retried, and a receiver back after being down gets every event', async (t) => {
+  const { c, r, endpoint } = await setup(t, 'wh-down');
+  try {
+    await r.stop();
+    for (let i = 0; i < 3; i++) t.is((await c.post('/v1/orders', { currency: 'EUR', note: `n${i}` })).status, 201);
+    await until('a refused attempt', async () => {
+      const page = await c.get(`/v1/webhook-endpoints/${endpoint.id}/deliveries`);
+      return (page.json.data as { attempts: { error: string | null }[] }[]).some((d) => d.attempts.some((a) => a.error === 'ECONNREFUSED'));
+    });
+    await r.restart();
+    await until('every event', () => new Set(r.got.map((g) => g.json.data.note as string)).size === 3);
+    t.deepEqual([...new Set(r.got.map((g) => g.json.data.note as string))].sort(), ['n0', 'n1', 'n2']);
+  } finally {
+    await r.close();
+  }
+});
+
+test('a 410 disables the endpoint at once; other 4xx fail without retry', async (t) => {
+  const { c, r, endpoint } = await setup(t, 'wh-gone');
+  try {
+    r.answer = () => ({ status: 400 });
+    await c.post('/v1/orders', { currency: 'EUR' });
+    await until('the 400', () => r.got.length >= 1);
+    await until('the failure is recorded', async () => (await c.get(`/v1/webhook-endpoints/${endpoint.id}/deliveries`)).json.data[0]?.status === 'failed');
+    r.answer = () => ({ status: 410 });
+    await c.post('/v1/orders', { currency: 'EUR' });
+    await until('disabled', async () => (await c.get(`/v1/webhook-endpoints/${endpoint.id}`)).json.status === 'disabled');
+    const e = await c.get(`/v1/webhook-endpoints/${endpoint.id}`);
+    t.is(e.json.disabledReason, 'gone');
+    await c.post('/v1/orders', { currency: 'EUR' });
+    // Nothing more goes to a disabled endpoint, and the 400 was not retried.
+    await new Promise((done) => setTimeout(done, 1500));
+    t.is(r.got.length, 2);
+    // Re-enabled, it receives again.
+    t.is((await c.patch(`/v1/webhook-endpoints/${endpoint.id}`, { status: 'enabled' })).status, 200);
+    r.answer = () => ({ status: 200 });
+    await c.post('/v1/orders', { currency: 'EUR', note: 'again' });
+    await until('the next event', () => r.got.some((g) => g.json.data?.note === 'again'));
+    t.pass();
+  } finally {
+    await r.close();
+  }
+});
+
+test('POST …/test sends a ping to that endpoint, with the id it answered', async (t) => {
+  const { c, r, endpoint } = await setup(t, 'wh-ping');
+  try {
+    const ping = await c.post(`/v1/webhook-endpoints/${endpoint.id}/test`);
+    t.is(ping.status, 202);
+    await until('the ping', () => r.got.length >= 1);
+    t.is(r.got[0]!.json.type, 'ping');
+    t.is(r.got[0]!.json.data.endpointId, endpoint.id);
+    t.is(r.got[0]!.json.id, ping.json.id);
+  } finally {
+    await r.close();
+  }
+});
