@@ -21,6 +21,7 @@ import { productRoutes } from './resources/products.js';
 import { teamRoutes } from './resources/teams.js';
 import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
+import { mountVersions } from './versions.js';
 
 export interface Service {
   url: string;
@@ -31,7 +32,8 @@ export interface Service {
 }
 
 export function allRoutes(): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
+  // Declared once under /v1, mounted under every version (gateway/versions.ts).
+  const routes: RouteDef[] = mountVersions([...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes]);
   routes.push(...metaRoutes(() => routes));
   return routes;
 }

@@ -22,6 +22,7 @@ import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, par
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
+import { relink, type ApiVersion } from './versions.js';
 
 const VARY_ANON = 'Accept, Accept-Encoding';
 const VARY_AUTH = 'Accept, Accept-Encoding, Authorization';
@@ -109,6 +110,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         bus: deps.bus,
         config: deps.config,
         idempotencyKey,
+        version: route.version ?? 'v1',
       };
       let outcome: Outcome | undefined;
       if (idempotencyKey !== undefined) {
@@ -302,16 +304,18 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   }
 
   const isRead = ctx.req.method === 'GET' || ctx.req.method === 'HEAD';
+  // The API version is part of every variant: one record renders differently per version.
+  const api = ctx.version === 'v1' ? '' : `;api=${ctx.version}`;
   let tag: string | undefined;
   if (outcome.tag && outcome.tag !== 'content') {
     tag =
       'version' in outcome.tag
-        ? versionTag(outcome.tag.version, outcome.tag.variant, ctx.media, ctx.coding)
-        : fingerprintTag(outcome.tag.fingerprint, ctx.media, ctx.coding);
+        ? versionTag(outcome.tag.version, outcome.tag.variant + api, ctx.media, ctx.coding)
+        : fingerprintTag(outcome.tag.fingerprint + api, ctx.media, ctx.coding);
     // The answer is known before any byte is rendered: a matching tag costs no serialization.
     if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
   }
-  const text = outcome.text ?? serialize(outcome);
+  const text = outcome.text !== undefined ? versionedText(outcome.text, outcome, ctx.version) : serialize(outcome, ctx.version, api);
   const { bytes, coding } = await encodeBody(text, ctx.coding);
   if (outcome.tag === 'content') {
     tag = contentTag(bytes, ctx.media, coding);
@@ -323,11 +327,17 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   return { status: outcome.status, headers, body: bytes };
 }
 
-function serialize(outcome: Outcome): string {
+function serialize(outcome: Outcome, version: ApiVersion, api: string): string {
+  const shape = version === 'v1' || outcome.versioned ? (v: unknown) => v : (v: unknown) => relink(v, version);
   if (outcome.cacheKey && outcome.tag && typeof outcome.tag === 'object' && 'version' in outcome.tag) {
-    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant, () => outcome.render?.() ?? outcome.body);
+    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant + api, () => shape(outcome.render?.() ?? outcome.body));
   }
-  return JSON.stringify(outcome.render ? outcome.render() : outcome.body);
+  return JSON.stringify(shape(outcome.render ? outcome.render() : outcome.body));
+}
+
+/** Text a handler assembled (a page of cached renderings) moved under the request's version. */
+function versionedText(text: string, outcome: Outcome, version: ApiVersion): string {
+  return version === 'v1' || outcome.versioned ? text : JSON.stringify(relink(JSON.parse(text), version));
 }
 
 function notModified(headers: Record<string, string>, tag: string): GatewayResponse {
