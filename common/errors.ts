@@ -52,7 +52,7 @@ export class ApiError extends Error {
   constructor(
     readonly slug: ProblemSlug,
     readonly detail: string,
-    readonly extra: { errors?: FieldError[]; headers?: Record<string, string> } = {},
+    readonly extra: { errors?: FieldError[]; headers?: Record<string, string>; members?: Record<string, unknown> } = {},
   ) {
     super(detail);
     this.status = PROBLEMS[slug].status;

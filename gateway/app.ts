@@ -22,6 +22,9 @@ import { teamRoutes } from './resources/teams.js';
 import { userRoutes } from './resources/users.js';
 import type { RouteDef } from './route.js';
 import { mountVersions } from './versions.js';
+import { LifecycleRegistry } from './lifecycle.js';
+import { LifecycleFile } from './lifecycle-file.js';
+import { deprecationsRoute } from './resources/deprecations.js';
 
 export interface Service {
   url: string;
@@ -31,9 +34,9 @@ export interface Service {
   close(): Promise<void>;
 }
 
-export function allRoutes(): RouteDef[] {
+export function allRoutes(lifecycle?: LifecycleRegistry): RouteDef[] {
   // Declared once under /v1, mounted under every version (gateway/versions.ts).
-  const routes: RouteDef[] = mountVersions([...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes]);
+  const routes: RouteDef[] = mountVersions([...orderRoutes, orderBatchRoute, ...productRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes, deprecationsRoute(lifecycle)]);
   routes.push(...metaRoutes(() => routes));
   return routes;
 }
@@ -59,8 +62,24 @@ export async function startService(config: Config, log: Logger): Promise<Service
     });
     bus = new LocalBus(host, config.busTimeoutMs);
   }
+  const lifecycle = new LifecycleRegistry();
+  const routes = allRoutes(lifecycle);
+  lifecycle.bind(routes);
+  let lifecycleFile: LifecycleFile | undefined;
+  if (config.deprecationsFile) {
+    lifecycleFile = new LifecycleFile(config.deprecationsFile, lifecycle, log);
+    try {
+      lifecycleFile.load();
+    } catch (err) {
+      await bus.close();
+      await host?.close();
+      throw err;
+    }
+    lifecycleFile.watch();
+  }
   const gateway = createGateway({
-    routes: allRoutes(),
+    lifecycle,
+    routes,
     auth: new Authenticator(jwtSecret(config.jwtSecret, config.dataDir)),
     bus: new BusClient(bus),
     config,
@@ -81,6 +100,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
     gateway,
     async close() {
       server.close();
+      lifecycleFile?.close();
       gateway.close();
       await bus.close();
       await host?.close();

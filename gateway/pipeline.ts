@@ -23,6 +23,7 @@ import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
 import { relink, type ApiVersion } from './versions.js';
+import type { LifecycleCheck, LifecycleRegistry } from './lifecycle.js';
 
 const VARY_ANON = 'Accept, Accept-Encoding';
 const VARY_AUTH = 'Accept, Accept-Encoding, Authorization';
@@ -41,6 +42,8 @@ export interface GatewayDeps {
   bus: BusClient;
   config: Config;
   log: Logger;
+  /** Endpoint lifecycle entries (gateway/lifecycle.ts); none means every route is active. */
+  lifecycle?: LifecycleRegistry;
 }
 
 export interface Gateway {
@@ -72,6 +75,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     let replay: Replay | undefined;
     let quota: string | undefined;
     let res: GatewayResponse;
+    let life: LifecycleCheck | undefined;
     try {
       const auth = req.headers.authorization;
       let principal: Principal | undefined;
@@ -85,13 +89,16 @@ export function createGateway(deps: GatewayDeps): Gateway {
       // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
       // is limited too, and a refused request costs no routing, parsing or bus call.
       quota = limiter.charge(callerKey(principal, req.remoteAddress));
-      if (authFailure !== undefined) throw authFailure;
       const match = router.match(req.method, req.path);
+      // A non-active route's headers go on every answer, errors and 304s included (CONTRACT §9).
+      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params, principal);
+      if (authFailure !== undefined) throw authFailure;
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
         throw new ApiError('method-not-allowed', `${req.method} is not supported here.`, { headers: { allow: match.allow.join(', ') } });
       }
       const route = match.route;
+      if (life?.gone) throw life.gone;
       if (route.scope !== undefined) deps.auth.authorize(principal, route.scope);
       const media = negotiateMediaType(req.headers.accept, route.produces);
       const coding = negotiateCoding(req.headers['accept-encoding']);
@@ -144,6 +151,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       res = problemResponse(err, traceId, deps.log);
     }
     if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
+    if (life) Object.assign(res.headers, life.headers);
     return withQuota(res, limiter, quota);
   }
 

@@ -17,6 +17,8 @@ export function problemResponse(err: unknown, traceId: string, log: Logger): Gat
     traceId,
   };
   if (e.extra.errors) body.errors = e.extra.errors;
+  // Extension members (RFC 9457 §3.2), e.g. the successor of a retired endpoint.
+  if (e.extra.members) for (const [k, v] of Object.entries(e.extra.members)) if (!(k in body)) body[k] = v;
   const headers: Record<string, string> = {
     'content-type': 'application/problem+json',
     'cache-control': 'no-store',
