@@ -28,6 +28,7 @@ import { byUser, dropMemberships, memberActor, planTeamWrite, teamActor, type Te
 import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type EmailClaim } from './users.js';
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
+import { planUsageAdd, readUsage, USAGE, usageLock, type UsageRecord } from './usage.js';
 
 export interface HostOptions {
   dataDir: string;
@@ -96,6 +97,7 @@ export class ActorHost implements ActorEndpoint {
   private readonly teamTables: TeamTables;
   private readonly claims: Table<EmailClaim>;
   private readonly idem: Table<IdemRecord>;
+  private readonly usage: Table<UsageRecord>;
   private readonly boxes = new Map<string, Mailbox>();
   private inflight = 0;
   private readonly inflightLimit: number;
@@ -133,6 +135,7 @@ export class ActorHost implements ActorEndpoint {
     };
     this.claims = this.store.table(EMAIL_CLAIMS);
     this.idem = this.store.table(IDEMPOTENCY);
+    this.usage = this.store.table(USAGE);
     this.sweeper = setInterval(() => void this.sweepIdempotency(), SWEEP_EVERY_MS).unref();
   }
 
@@ -164,6 +167,8 @@ export class ActorHost implements ActorEndpoint {
       case 'member.patch':
       case 'member.remove':
         return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planTeamWrite(cmd, this.teamTables, now));
+      case 'usage.add':
+        return this.write(cmd, [usageLock(cmd.partition)], () => planUsageAdd(cmd, this.usage));
       case 'idem.peek':
       case 'user.batchGet':
         throw new Error('answered by read()');
@@ -176,7 +181,7 @@ export class ActorHost implements ActorEndpoint {
 
   /** Reads answer from committed state at once, without a turn; undefined for a write. */
   read(cmd: Command): Result<unknown> | undefined {
-    if (!this.owns(cmd.partition) || cmd.kind === 'order.batch') return undefined;
+    if (!this.owns(cmd.partition) || cmd.kind === 'order.batch' || cmd.kind === 'usage.add') return undefined;
     if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
     if (cmd.kind === 'user.batchGet') {
       const users = this.actors.user.table as unknown as Table<UserRecord>;
@@ -201,6 +206,8 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.member, q);
         case 'article.list':
           return this.list(this.actors.article, q);
+        case 'usage.read':
+          return readUsage(q, (prefix, limit) => this.store.scan(this.usage as Table<unknown>, { prefix, after: undefined, reverse: false, limit }).map((r) => r.id), this.usage);
         default:
           return assertNever(q);
       }
@@ -266,7 +273,7 @@ export class ActorHost implements ActorEndpoint {
     throw new Error(`no actor for ${kind}`);
   }
 
-  private list(bound: Bound, q: Query): ListPage<Versioned> {
+  private list(bound: Bound, q: Exclude<Query, { kind: 'usage.read' }>): ListPage<Versioned> {
     const { query } = q;
     const ids = this.store.scan(bound.table, {
       prefix: bound.def.listPrefix(query),

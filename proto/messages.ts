@@ -220,7 +220,25 @@ export type Command =
    * Asks the owner of `partition` for the stored answer to `idem` (a read): the answer itself,
    * marked replayed; or 409 while a request with the key runs; or `null` when there is none.
    */
-  | (Base & { kind: 'idem.peek'; idem: IdemTag });
+  | (Base & { kind: 'idem.peek'; idem: IdemTag })
+  /** Calls to non-active routes counted by a gateway since its last flush (actors/usage.ts). */
+  | (Base & { kind: 'usage.add'; counts: UsageCount[] });
+
+/** `n` calls by `principal` to `route` (`METHOD template`) on `day` (UTC, YYYY-MM-DD). */
+export interface UsageCount {
+  route: string;
+  day: string;
+  principal: string;
+  n: number;
+}
+
+/** One stored residual-traffic sum. */
+export interface UsageRow {
+  route: string;
+  day: string;
+  principal: string;
+  count: number;
+}
 
 /**
  * One operation of POST /orders/batch, already validated and priced by the gateway. Every order
@@ -243,7 +261,9 @@ export type Query =
   | { kind: 'team.list'; query: ListQuery }
   /** `filter` is the team id. */
   | { kind: 'member.list'; query: ListQuery }
-  | { kind: 'article.list'; query: ListQuery };
+  | { kind: 'article.list'; query: ListQuery }
+  /** Residual-traffic sums of the partitions a node owns: one route, or all; from a day on. */
+  | { kind: 'usage.read'; route?: string; since?: string };
 
 export interface ReplyMap {
   'order.create': OrderRecord;
@@ -284,6 +304,8 @@ export interface ReplyMap {
   'order.list': ListPage<OrderRecord>;
   'product.list': ListPage<ProductRecord>;
   'article.list': ListPage<ArticleRecord>;
+  'usage.add': null;
+  'usage.read': UsageRow[];
 }
 
 /** One node's slice of a list: up to limit+1 records in index order, each with its sort value. */
@@ -299,7 +321,7 @@ export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError 
 
 export type Kind = Command['kind'] | Query['kind'];
 /** Commands addressed to one record (not the batches, which name many, nor the peek). */
-export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'user.batchGet' }>;
+export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'user.batchGet' | 'usage.add' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
 export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
 
