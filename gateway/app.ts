@@ -25,12 +25,18 @@ import { mountVersions } from './versions.js';
 import { LifecycleRegistry } from './lifecycle.js';
 import { LifecycleFile } from './lifecycle-file.js';
 import { deprecationsRoute } from './resources/deprecations.js';
+import { UsageCounter, readUsage } from './usage.js';
+import { startOperator, type OperatorServer } from './operator.js';
 
 export interface Service {
   url: string;
   port: number;
   mode: 'embedded' | 'cluster';
   gateway: Gateway;
+  /** Endpoint lifecycle entries in force on this gateway. */
+  lifecycle: LifecycleRegistry;
+  /** The operator plane's gRPC port, when ADMIN_GRPC_PORT is set. */
+  adminPort: number | undefined;
   close(): Promise<void>;
 }
 
@@ -62,7 +68,8 @@ export async function startService(config: Config, log: Logger): Promise<Service
     });
     bus = new LocalBus(host, config.busTimeoutMs);
   }
-  const lifecycle = new LifecycleRegistry();
+  const usage = new UsageCounter(bus, log);
+  const lifecycle = new LifecycleRegistry(Date.now, usage);
   const routes = allRoutes(lifecycle);
   lifecycle.bind(routes);
   let lifecycleFile: LifecycleFile | undefined;
@@ -77,10 +84,12 @@ export async function startService(config: Config, log: Logger): Promise<Service
     }
     lifecycleFile.watch();
   }
+  usage.start();
+  const auth = new Authenticator(jwtSecret(config.jwtSecret, config.dataDir));
   const gateway = createGateway({
     lifecycle,
     routes,
-    auth: new Authenticator(jwtSecret(config.jwtSecret, config.dataDir)),
+    auth,
     bus: new BusClient(bus),
     config,
     log,
@@ -93,15 +102,41 @@ export async function startService(config: Config, log: Logger): Promise<Service
     refuse: gateway.refuse,
     needsAddress: gateway.needsAddress,
   });
+  let operator: OperatorServer | undefined;
+  if (config.adminGrpcPort !== undefined) {
+    operator = await startOperator(
+      {
+        role: 'gateway',
+        mode: config.natsUrl ? 'cluster' : 'embedded',
+        nodeId: config.nodeId ?? `gateway-${process.pid}`,
+        partitions: host ? Array.from({ length: PARTITIONS }, (_, i) => i) : [],
+        auth,
+        lifecycle: { registry: lifecycle, file: lifecycleFile },
+        // This gateway's latest counts go out first, so a reading includes them.
+        readUsage: async (opts) => {
+          await usage.flush();
+          return readUsage(bus, opts);
+        },
+        log,
+      },
+      config.adminGrpcHost,
+      config.adminGrpcPort,
+    );
+  }
   return {
     url: `http://${config.host}:${server.port}`,
     port: server.port,
     mode: config.natsUrl ? 'cluster' : 'embedded',
     gateway,
+    lifecycle,
+    adminPort: operator?.port,
     async close() {
+      await operator?.close();
       server.close();
       lifecycleFile?.close();
       gateway.close();
+      // Counts taken since the last flush reach the owner before the bus goes.
+      await usage.close();
       await bus.close();
       await host?.close();
     },

@@ -31,6 +31,8 @@ export interface RunningService {
   secret: string;
   /** Cluster mode: the nats-server every process talks to, for tests that take it away. */
   nats?: NatsServer;
+  /** Each gateway's operator-plane gRPC port (with ADMIN_GRPC_PORT set), in the order of `urls`. */
+  adminPorts: (number | undefined)[];
   close(): Promise<void>;
 }
 
@@ -77,6 +79,7 @@ export async function startEmbedded(env: Record<string, string> = {}): Promise<R
     mode: 'embedded',
     url: service.url,
     urls: [service.url],
+    adminPorts: [service.adminPort],
     secret,
     async close() {
       await cleanup([() => service.close()]);
@@ -91,7 +94,7 @@ interface ActorNode {
 }
 
 /** Spawns `node dist/actors/main.js` and resolves once it prints that it is serving. */
-async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string): Promise<ActorNode> {
+async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string, extraEnv: Record<string, string> = {}): Promise<ActorNode> {
   const child = spawn(process.execPath, [ACTOR_MAIN], {
     cwd: ROOT,
     env: {
@@ -101,6 +104,7 @@ async function startActorNode(natsUrl: string, nodeId: string, partitions: strin
       DATA_DIR: dataDir,
       ACTOR_PARTITIONS: partitions,
       LOG_LEVEL: 'warn',
+      ...extraEnv,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -177,7 +181,11 @@ async function waitForOwners(url: string, secret: string): Promise<void> {
   }
 }
 
-export async function startCluster(): Promise<RunningService> {
+/**
+ * `env` adds to the gateways' configuration (e.g. DEPRECATIONS_FILE, ADMIN_GRPC_PORT);
+ * `actorEnv` to each actor node's, by node id (`e2e-low`, `e2e-high`).
+ */
+export async function startCluster(env: Record<string, string> = {}, actorEnv: Record<string, Record<string, string>> = {}): Promise<RunningService> {
   const secret = newSecret();
   const dirs: string[] = [];
   const nodes: ActorNode[] = [];
@@ -198,8 +206,8 @@ export async function startCluster(): Promise<RunningService> {
     const [lowDir, highDir, gatewayDir] = await Promise.all([tempDir('node-low'), tempDir('node-high'), tempDir('gateway')]);
     dirs.push(lowDir, highDir, gatewayDir);
     const started = await Promise.allSettled([
-      startActorNode(natsUrl, 'e2e-low', '0-127', lowDir),
-      startActorNode(natsUrl, 'e2e-high', '128-255', highDir),
+      startActorNode(natsUrl, 'e2e-low', '0-127', lowDir, actorEnv['e2e-low']),
+      startActorNode(natsUrl, 'e2e-high', '128-255', highDir, actorEnv['e2e-high']),
     ]);
     for (const s of started) if (s.status === 'fulfilled') nodes.push(s.value);
     const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
@@ -207,7 +215,7 @@ export async function startCluster(): Promise<RunningService> {
 
     // Two gateways, as behind a load balancer: any of them may take any request (ARCHITECTURE 4).
     for (let i = 0; i < 2; i++) {
-      const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: gatewayDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', NATS_URL: natsUrl });
+      const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: gatewayDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', NATS_URL: natsUrl, ...env });
       gateways.push(await startService(config, silent()));
     }
     await Promise.all(gateways.map((g) => waitForOwners(g.url, secret)));
@@ -217,5 +225,5 @@ export async function startCluster(): Promise<RunningService> {
   }
 
   const urls = gateways.map((g) => g.url);
-  return { mode: 'cluster', url: urls[0]!, urls, secret, nats, close: closeAll };
+  return { mode: 'cluster', url: urls[0]!, urls, adminPorts: gateways.map((g) => g.adminPort), secret, nats, close: closeAll };
 }
