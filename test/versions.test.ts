@@ -12,6 +12,9 @@ import { allRoutes } from '../gateway/app.js';
 import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { renderMoney } from '../gateway/money.js';
+import { renderRecord } from '../gateway/render-record.js';
+import { partitionOf } from '../common/ids.js';
+import type { OrderRecord } from '../proto/messages.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { ALL_SCOPES, type Answer, type Call, answerOf, assertProblem, freshTenant, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
 
@@ -20,6 +23,7 @@ interface Context {
   host: ActorHost;
   gateway: Gateway;
   tok: string;
+  tenant: string;
   call(c: Call): Promise<Answer>;
 }
 
@@ -32,11 +36,13 @@ test.before(async (t) => {
   const log = silentLog();
   const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log });
   const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log });
+  const tenant = freshTenant('versions');
   t.context = {
     dir,
     host,
     gateway,
-    tok: await token(SECRET, ALL_SCOPES, { tenant: freshTenant('versions') }),
+    tenant,
+    tok: await token(SECRET, ALL_SCOPES, { tenant }),
     async call(c) {
       return answerOf(await gateway.handle(toRequest(c)));
     },
@@ -180,4 +186,16 @@ test('discovery: GET / links to each version; each version has a root and an Ope
   t.is(order1.properties.total.type, 'integer');
   t.is(order2.properties.total.properties.amount.type, 'string');
   t.falsy(order2.properties.currency);
+});
+
+test('renderRecord gives what a GET of that version answers (webhook data)', async (t) => {
+  const prd = await product(t, 250, 'EUR');
+  const created = j(await send(t, 'POST', '/v1/orders', { currency: 'EUR', items: [{ productId: prd, quantity: 1 }] }));
+  const record = await t.context.host.handle({ kind: 'order.get', tenant: t.context.tenant, partition: partitionOf(created.id as string), id: created.id as string });
+  if (!record.ok) throw new Error('order not found');
+  for (const v of ['v1', 'v2'] as const) {
+    const got = j(await send(t, 'GET', `/${v}/orders/${created.id as string}`));
+    t.deepEqual(renderRecord('order', record.value as OrderRecord, v), got);
+  }
+  t.deepEqual(renderRecord('order', record.value as OrderRecord, 'v2').total, { amount: '2.50', currency: 'EUR' });
 });
