@@ -119,6 +119,8 @@ export interface Compiled {
   key: string;
   /** Deprecation and Sunset, fixed per entry. */
   headers: Record<string, string>;
+  /** The same with Link, when Link does not depend on the request. */
+  headersWithLink: Record<string, string>;
   /** The Link value when the successor has no path parameters to fill. */
   link: string | undefined;
   /** The successor template split on its parameters, when it has some. */
@@ -131,11 +133,13 @@ function compile(entry: LifecycleEntry): Compiled {
   // Sunset is sent once a date is set (sunsetting, and retired with a date), per RFC 8594 §3.
   if (entry.sunsetAt !== undefined && entry.state !== 'deprecated') headers.sunset = new Date(Date.parse(entry.sunsetAt)).toUTCString();
   const successorParts = entry.successor?.includes('{') ? entry.successor.split(/\{(\w+)\}/) : undefined;
+  const link = successorParts ? undefined : linkValue(entry.guide, entry.successor);
   return {
     entry,
     key: `${entry.method} ${entry.path}`,
     headers,
-    link: successorParts ? undefined : linkValue(entry.guide, entry.successor),
+    headersWithLink: link === undefined ? headers : { ...headers, link },
+    link,
     successorParts,
     brownouts: (entry.brownouts ?? []).map((b) => [Date.parse(b.start), Date.parse(b.end)]),
   };
@@ -221,9 +225,12 @@ export class LifecycleRegistry {
     if (!c) return undefined;
     const now = this.now();
     this.usage?.count(c.key, principal?.sub ?? 'anonymous', now);
-    const successor = c.successorParts ? fill(c.successorParts, params) : c.entry.successor;
-    const link = c.successorParts ? linkValue(c.entry.guide, successor) : c.link;
-    const headers = link === undefined ? c.headers : { ...c.headers, link };
+    let successor = c.entry.successor;
+    let headers = c.headersWithLink;
+    if (c.successorParts) {
+      successor = fill(c.successorParts, params);
+      headers = { ...c.headers, link: linkValue(c.entry.guide, successor)! };
+    }
     const state = stateAt(c, now);
     if (state !== 'retired' && state !== 'brownout') return { headers, gone: undefined };
     const why = state === 'retired' ? 'This endpoint is retired.' : 'This endpoint is in a scheduled brownout ahead of its retirement.';

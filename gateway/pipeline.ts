@@ -151,7 +151,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       res = problemResponse(err, traceId, deps.log);
     }
     if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
-    if (life) Object.assign(res.headers, life.headers);
+    if (life) for (const name in life.headers) res.headers[name] = life.headers[name]!;
     return withQuota(res, limiter, quota);
   }
 

@@ -15,7 +15,11 @@ const MAX_PENDING = 50_000;
 const OVERFLOW = '(others)';
 
 export class UsageCounter implements UsageSink {
-  private pending = new Map<string, UsageCount>();
+  // Today's counts by route, then by principal: the hot path builds no key string. A day that
+  // ends before a flush moves whole to `earlier`.
+  private today = new Map<string, Map<string, number>>();
+  private earlier: UsageCount[] = [];
+  private size = 0;
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private day = { start: 0, end: 0, name: '' };
@@ -26,20 +30,15 @@ export class UsageCounter implements UsageSink {
   ) {}
 
   count(route: string, principal: string, now: number): void {
-    if (now < this.day.start || now >= this.day.end) {
-      const start = now - (now % DAY_MS);
-      this.day = { start, end: start + DAY_MS, name: new Date(start).toISOString().slice(0, 10) };
-    }
-    const day = this.day.name;
-    let key = `${route}\u0000${day}\u0000${principal}`;
-    let c = this.pending.get(key);
-    if (!c && this.pending.size >= MAX_PENDING) {
-      key = `${route}\u0000${day}\u0000${OVERFLOW}`;
-      c = this.pending.get(key);
-      principal = OVERFLOW;
-    }
-    if (c) c.n++;
-    else this.pending.set(key, { route, day, principal, n: 1 });
+    if (now < this.day.start || now >= this.day.end) this.turnDay(now);
+    let byPrincipal = this.today.get(route);
+    if (!byPrincipal) this.today.set(route, (byPrincipal = new Map()));
+    const n = byPrincipal.get(principal);
+    if (n !== undefined) byPrincipal.set(principal, n + 1);
+    else if (this.size < MAX_PENDING) {
+      byPrincipal.set(principal, 1);
+      this.size++;
+    } else byPrincipal.set(OVERFLOW, (byPrincipal.get(OVERFLOW) ?? 0) + 1);
   }
 
   start(intervalMs = 1000): void {
@@ -59,12 +58,35 @@ export class UsageCounter implements UsageSink {
     await this.flush();
   }
 
+  private turnDay(now: number): void {
+    this.earlier.push(...this.drainToday());
+    const start = now - (now % DAY_MS);
+    this.day = { start, end: start + DAY_MS, name: new Date(start).toISOString().slice(0, 10) };
+  }
+
+  private drainToday(): UsageCount[] {
+    const out: UsageCount[] = [];
+    for (const [route, byPrincipal] of this.today) for (const [principal, n] of byPrincipal) out.push({ route, day: this.day.name, principal, n });
+    this.today = new Map();
+    this.size = 0;
+    return out;
+  }
+
   private async send(): Promise<void> {
-    if (this.pending.size === 0) return;
-    const batch = this.pending;
-    this.pending = new Map();
+    // Counts kept from failed flushes merge with new ones: however long the owner is away, this
+    // holds one entry per (route, day, principal).
+    const merged = new Map<string, UsageCount>();
+    for (const c of [...this.earlier, ...this.drainToday()]) {
+      const key = `${c.route}\u0000${c.day}\u0000${c.principal}`;
+      const seen = merged.get(key);
+      if (seen) seen.n += c.n;
+      else merged.set(key, { ...c });
+    }
+    this.earlier = [];
+    const batch = [...merged.values()];
+    if (batch.length === 0) return;
     const byPartition = new Map<number, UsageCount[]>();
-    for (const c of batch.values()) {
+    for (const c of batch) {
       const p = partitionFor(c.route);
       let list = byPartition.get(p);
       if (!list) byPartition.set(p, (list = []));
@@ -74,15 +96,11 @@ export class UsageCounter implements UsageSink {
       [...byPartition].map(async ([partition, counts]) => {
         const r = await this.bus.send({ kind: 'usage.add', tenant: '', partition, counts }).catch((err: unknown) => ({ ok: false as const, error: { code: 'unavailable' as const, detail: String(err) } }));
         if (r.ok) return;
-        // Kept for the next flush. A send that timed out may still have been applied, so a count
-        // can come out high, never low: retirement is gated on traffic, and errs on the safe side.
+        // Kept for the next flush (the owner sums repeats). A send that timed out may still have
+        // been applied, so a count can come out high, never low: retirement is gated on traffic,
+        // and errs on the safe side.
         this.log.warn({ partition, detail: r.error.detail }, 'usage counts not flushed; retrying');
-        for (const c of counts) {
-          const key = `${c.route}\u0000${c.day}\u0000${c.principal}`;
-          const now = this.pending.get(key);
-          if (now) now.n += c.n;
-          else this.pending.set(key, c);
-        }
+        this.earlier.push(...counts);
       }),
     );
   }
