@@ -1,6 +1,6 @@
 // Scenario: what the lifecycle check and residual-traffic counting cost a GET of one order
 // (issue 6 target: at most 5%). One service process, one order; each round measures the route
-// active (every request misses one Map lookup), then, after marking GET /v1/orders/{orderId}
+// active (every request misses one Map lookup) and, after marking GET /v1/orders/{orderId}
 // sunsetting through the operator plane, the same route again (every request gets Deprecation,
 // Sunset and a per-request Link, is counted, and the counts reach LMDB once a second). The same
 // process serves both halves of every round: on this shared 2-core machine, two processes of
@@ -25,7 +25,7 @@ const DEPRECATED = 'GET order, route sunsetting + counted';
 const ROUTE = '/v1/orders/{orderId}';
 const s = settings();
 const rounds = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
-printRun(`${SCENARIO} (${rounds} rounds, each active then sunsetting, one process)`, s);
+printRun(`${SCENARIO} (${rounds} rounds, each active and sunsetting in alternating order, one process)`, s);
 const token = await mintToken();
 const auth = { authorization: `Bearer ${token}` };
 
@@ -61,13 +61,26 @@ const ratios: number[] = [];
 try {
   const { path } = await createOrder(subject.url, token);
   const request = { method: 'GET' as const, paths: [path], headers: auth, expectStatus: 200 };
-  for (let r = 0; r < rounds; r++) {
-    const active = await measure(ACTIVE, subject, request, s);
+  const sunsetting = async (): Promise<Row> => {
     await change('SUNSET');
     const probe = await call(`${subject.url}${path}`, { headers: auth });
     if (!probe.headers.sunset) throw new Error('the route did not become sunsetting');
-    const deprecated = await measure(DEPRECATED, subject, request, s);
+    const row = await measure(DEPRECATED, subject, request, s);
     await change('ACTIVATE');
+    return row;
+  };
+  for (let r = 0; r < rounds; r++) {
+    // Rounds alternate which half goes first (ABBA), so a machine speeding up or slowing down
+    // during the run does not favour one side.
+    let active: Row;
+    let deprecated: Row;
+    if (r % 2 === 0) {
+      active = await measure(ACTIVE, subject, request, s);
+      deprecated = await sunsetting();
+    } else {
+      deprecated = await sunsetting();
+      active = await measure(ACTIVE, subject, request, s);
+    }
     perLabel.get(ACTIVE)!.push(active);
     perLabel.get(DEPRECATED)!.push(deprecated);
     if (active.result && deprecated.result) ratios.push(deprecated.result.rps / active.result.rps);

@@ -117,10 +117,8 @@ export interface Compiled {
   entry: LifecycleEntry;
   /** `METHOD path`: what usage is counted under. */
   key: string;
-  /** Deprecation and Sunset, fixed per entry. */
-  headers: Record<string, string>;
-  /** The same with Link, when Link does not depend on the request. */
-  headersWithLink: Record<string, string>;
+  /** The answer for a live state when Link does not depend on the request: no allocation per request. */
+  fixed: LifecycleCheck;
   /** The Link value when the successor has no path parameters to fill. */
   link: string | undefined;
   /** The successor template split on its parameters, when it has some. */
@@ -129,16 +127,15 @@ export interface Compiled {
 }
 
 function compile(entry: LifecycleEntry): Compiled {
-  const headers: Record<string, string> = { deprecation: `@${Math.floor(Date.parse(entry.deprecatedAt) / 1000)}` };
+  const deprecation = `@${Math.floor(Date.parse(entry.deprecatedAt) / 1000)}`;
   // Sunset is sent once a date is set (sunsetting, and retired with a date), per RFC 8594 §3.
-  if (entry.sunsetAt !== undefined && entry.state !== 'deprecated') headers.sunset = new Date(Date.parse(entry.sunsetAt)).toUTCString();
+  const sunset = entry.sunsetAt !== undefined && entry.state !== 'deprecated' ? new Date(Date.parse(entry.sunsetAt)).toUTCString() : undefined;
   const successorParts = entry.successor?.includes('{') ? entry.successor.split(/\{(\w+)\}/) : undefined;
   const link = successorParts ? undefined : linkValue(entry.guide, entry.successor);
   return {
     entry,
     key: `${entry.method} ${entry.path}`,
-    headers,
-    headersWithLink: link === undefined ? headers : { ...headers, link },
+    fixed: { deprecation, sunset, link, gone: undefined },
     link,
     successorParts,
     brownouts: (entry.brownouts ?? []).map((b) => [Date.parse(b.start), Date.parse(b.end)]),
@@ -161,7 +158,11 @@ export function stateAt(c: Compiled, now: number): EffectiveState {
 
 /** What the pipeline does for one request on a non-active route. */
 export interface LifecycleCheck {
-  headers: Record<string, string>;
+  // Three named members, not a header map: the pipeline copies them onto every answer, and a
+  // fixed shape keeps that (and this object) cheap on the hot path.
+  deprecation: string;
+  sunset: string | undefined;
+  link: string | undefined;
   /** Set in a brownout and once retired: the 410 to answer instead of running the route. */
   gone: ApiError | undefined;
 }
@@ -226,20 +227,28 @@ export class LifecycleRegistry {
     const now = this.now();
     this.usage?.count(c.key, principal?.sub ?? 'anonymous', now);
     let successor = c.entry.successor;
-    let headers = c.headersWithLink;
+    let check = c.fixed;
     if (c.successorParts) {
       successor = fill(c.successorParts, params);
-      headers = { ...c.headers, link: linkValue(c.entry.guide, successor)! };
+      check = { deprecation: check.deprecation, sunset: check.sunset, link: linkValue(c.entry.guide, successor), gone: undefined };
     }
     const state = stateAt(c, now);
-    if (state !== 'retired' && state !== 'brownout') return { headers, gone: undefined };
+    if (state !== 'retired' && state !== 'brownout') return check;
     const why = state === 'retired' ? 'This endpoint is retired.' : 'This endpoint is in a scheduled brownout ahead of its retirement.';
     const detail = successor ? `${why} Use ${successor} instead.` : why;
     const members: Record<string, unknown> = { lifecycle: state };
     if (successor) members.successor = successor;
     if (c.entry.guide) members.guide = c.entry.guide;
-    return { headers, gone: new ApiError('gone', detail, { headers, members }) };
+    return { ...check, gone: new ApiError('gone', detail, { headers: lifecycleHeaders(check), members }) };
   }
+}
+
+/** The check's fields as response headers. */
+export function lifecycleHeaders(check: LifecycleCheck): Record<string, string> {
+  const headers: Record<string, string> = { deprecation: check.deprecation };
+  if (check.sunset !== undefined) headers.sunset = check.sunset;
+  if (check.link !== undefined) headers.link = check.link;
+  return headers;
 }
 
 /** The successor template with the request's path parameters put in. */

@@ -151,7 +151,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
       res = problemResponse(err, traceId, deps.log);
     }
     if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
-    if (life) for (const name in life.headers) res.headers[name] = life.headers[name]!;
+    if (life) {
+      res.headers.deprecation = life.deprecation;
+      if (life.sunset !== undefined) res.headers.sunset = life.sunset;
+      if (life.link !== undefined) res.headers.link = life.link;
+    }
     return withQuota(res, limiter, quota);
   }
 
