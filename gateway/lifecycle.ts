@@ -123,6 +123,8 @@ export interface Compiled {
   link: string | undefined;
   /** The successor template split on its parameters, when it has some. */
   successorParts: string[] | undefined;
+  /** What goes before the filled-in successor in Link (the guide's link, if any). */
+  linkPrefix: string;
   brownouts: [number, number][];
 }
 
@@ -138,6 +140,7 @@ function compile(entry: LifecycleEntry): Compiled {
     fixed: { deprecation, sunset, link, gone: undefined },
     link,
     successorParts,
+    linkPrefix: entry.guide !== undefined ? `<${entry.guide}>; rel="deprecation", <` : '<',
     brownouts: (entry.brownouts ?? []).map((b) => [Date.parse(b.start), Date.parse(b.end)]),
   };
 }
@@ -230,7 +233,7 @@ export class LifecycleRegistry {
     let check = c.fixed;
     if (c.successorParts) {
       successor = fill(c.successorParts, params);
-      check = { deprecation: check.deprecation, sunset: check.sunset, link: linkValue(c.entry.guide, successor), gone: undefined };
+      check = { deprecation: check.deprecation, sunset: check.sunset, link: `${c.linkPrefix}${successor}>; rel="successor-version"`, gone: undefined };
     }
     const state = stateAt(c, now);
     if (state !== 'retired' && state !== 'brownout') return check;
