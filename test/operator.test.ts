@@ -10,9 +10,10 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
-import { loadProtos } from '../gateway/operator.js';
+import { Authenticator } from '../gateway/auth.js';
+import { loadProtos, startOperator } from '../gateway/operator.js';
 import { Caller, HttpClient, mintToken, type Claims } from './helpers/client.js';
-import { ROOT, removeDir } from './helpers/edge-kit.js';
+import { ROOT, removeDir, silentLog } from './helpers/edge-kit.js';
 import { startCluster, startEmbedded, type RunningService } from './helpers/service.js';
 
 interface Context {
@@ -285,5 +286,40 @@ test.serial('cluster: counts add up over gateways, a change reaches the other ga
     for (const c of clients) c.close();
     await cluster?.close();
     await removeDir(dir);
+  }
+});
+
+test('an actor node reports its role and partitions, refuses lifecycle calls, and says NOT_SERVING to watchers as it stops', async (t) => {
+  const secret = 'actor-node-secret-0123456789abcdef';
+  const server = await startOperator(
+    { role: 'actors', mode: 'cluster', nodeId: 'node-a', partitions: Array.from({ length: 128 }, (_, i) => i), auth: new Authenticator(secret), log: silentLog() },
+    '127.0.0.1',
+    0,
+  );
+  const address = `127.0.0.1:${server.port}`;
+  const op = operatorAt(address);
+  const health = new Health(address, grpc.credentials.createInsecure());
+  try {
+    const token = await mintToken(secret, { sub: 'ops', scope: 'admin' });
+    const s = await unary(op, 'getStatus', {}, token);
+    t.like(s, { role: 'actors', nodeId: 'node-a', mode: 'cluster', partitions: '0-127', partitionCount: 128 });
+    t.is((await status(op, 'listLifecycle', {}, token)).code, grpc.status.UNIMPLEMENTED);
+    t.is((await status(op, 'getUsage', {}, token)).code, grpc.status.UNIMPLEMENTED);
+    const stream = (health as unknown as { watch(req: object): grpc.ClientReadableStream<{ status: string }> }).watch({ service: '' });
+    const seen: string[] = [];
+    const ended = new Promise<void>((done) => {
+      stream.on('data', (m: { status: string }) => {
+        seen.push(m.status);
+        if (seen.length === 1) void server.close();
+      });
+      stream.on('end', done);
+      stream.on('error', () => done());
+    });
+    await ended;
+    t.deepEqual(seen, ['SERVING', 'NOT_SERVING']);
+  } finally {
+    op.close();
+    health.close();
+    await server.close();
   }
 });
