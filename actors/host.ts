@@ -39,6 +39,7 @@ import { sweepEvents } from './event-sweep.js';
 import type { DeliveryRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { MAX_JOBS, RefundRunner, simulatedProcessor, type RefundProcessor } from './refund-runner.js';
 import { operationActor, planOperationSweep, planRefundStart, refundActor, type RefundTables } from './refunds.js';
+import { planUsageAdd, readUsage, USAGE, usageLock, type UsageRecord } from './usage.js';
 
 export interface HostOptions {
   dataDir: string;
@@ -133,6 +134,7 @@ export class ActorHost implements ActorEndpoint {
   private readonly teamTables: TeamTables;
   private readonly claims: Table<EmailClaim>;
   private readonly idem: Table<IdemRecord>;
+  private readonly usage: Table<UsageRecord>;
   private readonly boxes = new Map<string, Mailbox>();
   private inflight = 0;
   private readonly inflightLimit: number;
@@ -190,6 +192,7 @@ export class ActorHost implements ActorEndpoint {
       commit: (orderId, kind, plan) => this.internalTurn(orderId, kind, plan),
       log: opts.log,
     });
+    this.usage = this.store.table(USAGE);
     // Operations cut off by the last stop carry on now (and any a failed commit left, each minute).
     this.resumeOperations();
     this.sweeper = setInterval(() => {
@@ -243,6 +246,8 @@ export class ActorHost implements ActorEndpoint {
       case 'member.patch':
       case 'member.remove':
         return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planTeamWrite(cmd, this.teamTables, now));
+      case 'usage.add':
+        return this.write(cmd, [usageLock(cmd.partition)], () => planUsageAdd(cmd, this.usage));
       case 'idem.peek':
       case 'user.batchGet':
         throw new Error('answered by read()');
@@ -255,7 +260,7 @@ export class ActorHost implements ActorEndpoint {
 
   /** Reads answer from committed state at once, without a turn; undefined for a write. */
   read(cmd: Command): Result<unknown> | undefined {
-    if (!this.owns(cmd.partition) || cmd.kind === 'order.batch') return undefined;
+    if (!this.owns(cmd.partition) || cmd.kind === 'order.batch' || cmd.kind === 'usage.add') return undefined;
     if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
     if (cmd.kind === 'user.batchGet') {
       const users = this.actors.user.table as unknown as Table<UserRecord>;
@@ -288,6 +293,8 @@ export class ActorHost implements ActorEndpoint {
           return this.list(this.actors.delivery, q);
         case 'refund.list':
           return this.list(this.actors.refund, q);
+        case 'usage.read':
+          return readUsage(q, (prefix, limit) => this.store.scan(this.usage as Table<unknown>, { prefix, after: undefined, reverse: false, limit }).map((r) => r.id), this.usage);
         default:
           return assertNever(q);
       }
@@ -430,7 +437,7 @@ export class ActorHost implements ActorEndpoint {
     throw new Error(`no actor for ${kind}`);
   }
 
-  private list(bound: Bound, q: Query): ListPage<Versioned> {
+  private list(bound: Bound, q: Exclude<Query, { kind: 'usage.read' }>): ListPage<Versioned> {
     const { query } = q;
     const ids = this.store.scan(bound.table, {
       prefix: bound.def.listPrefix(query),

@@ -12,6 +12,8 @@ import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
 import { connectNatsBus } from '../common/nats-bus.js';
 import { dispatchOptions } from '../gateway/webhook-wiring.js';
+import { Authenticator } from '../gateway/auth.js';
+import { startOperator, type OperatorServer } from '../gateway/operator.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
@@ -30,14 +32,24 @@ async function main(): Promise<void> {
   });
   const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m) });
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
-  process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}\n`);
+  // Health and node status on the operator plane (ADMIN_GRPC_PORT); operator calls need the
+  // gateways' AUTH_JWT_SECRET to verify admin tokens, health checks need nothing.
+  let operator: OperatorServer | undefined;
+  if (config.adminGrpcPort !== undefined) {
+    operator = await startOperator(
+      { role: 'actors', mode: 'cluster', nodeId, partitions, auth: config.jwtSecret ? new Authenticator(config.jwtSecret) : undefined, log },
+      config.adminGrpcHost,
+      config.adminGrpcPort,
+    );
+  }
+  process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}${operator ? ` (operator plane on ${config.adminGrpcHost}:${operator.port})` : ''}\n`);
 
   let stopping = false;
   const stop = (): void => {
     if (stopping) return;
     stopping = true;
-    server
-      .close()
+    Promise.resolve(operator?.close())
+      .then(() => server.close())
       .then(() => host.close())
       .then(() => remote.close())
       .then(

@@ -77,6 +77,11 @@ export function planRefundStart(cmd: CommandOf<'refund.create'>, t: RefundTables
   if ((order.refundCount ?? 0) >= MAX_REFUNDS_PER_ORDER) {
     throw new ApiError('invalid-state', `An order takes at most ${MAX_REFUNDS_PER_ORDER} refunds.`);
   }
+  if (cmd.currency !== undefined && cmd.currency !== order.currency) {
+    throw new ApiError('validation-failed', 'An amount cannot be used.', {
+      errors: [{ pointer: '/amount/currency', detail: `must be ${order.currency}, the currency of the order` }],
+    });
+  }
   const left = orderLeft(order);
   if (left <= 0) {
     throw new ApiError('invalid-state', `Nothing is left to refund: ${order.refundHeld ?? 0} ${order.currency} is held by refunds still processing.`);

@@ -1,4 +1,4 @@
-// What the project's small command-line tools share (`npm run token`, `npm run webhooks:listen`):
+// What the project's small command-line tools share (`npm run token`, `admin`, `webhooks:listen`):
 // options parsed with node:util, and a usage error (exit 2, no stack) for anything it refuses.
 
 import { parseArgs, type ParseArgsConfig } from 'node:util';
@@ -15,6 +15,15 @@ export function usageError(usage: string, problem?: string): never {
 export function cliOptions<O extends Options>(usage: string, options: O): ReturnType<typeof parseArgs<{ options: O }>>['values'] {
   try {
     return parseArgs({ options }).values;
+  } catch (err) {
+    usageError(usage, err instanceof Error ? err.message : String(err));
+  }
+}
+
+/** parseArgs with positionals and the rest of its config; a refusal is a usage error. */
+export function parseCommandLine<T extends ParseArgsConfig>(config: T, usage: string): ReturnType<typeof parseArgs<T>> {
+  try {
+    return parseArgs(config);
   } catch (err) {
     usageError(usage, err instanceof Error ? err.message : String(err));
   }

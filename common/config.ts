@@ -21,6 +21,9 @@ export interface Config {
   webhookDisableAfterHours: number;
   webhookAllowPrivateTargets: boolean;
   deprecationsFile: string | undefined;
+  /** Operator plane (gRPC): port, or undefined when it is off (ADMIN_GRPC_PORT unset); 0 picks one. */
+  adminGrpcPort: number | undefined;
+  adminGrpcHost: string;
   /** Deadline for one bus request before the gateway answers 503 (ARCHITECTURE property 7). */
   busTimeoutMs: number;
   /** Most commands one key's mailbox may hold before the actor host refuses with 503. */
@@ -70,6 +73,8 @@ export function loadConfig(env: Env = process.env): Config {
     webhookDisableAfterHours: int(env, 'WEBHOOK_DISABLE_AFTER_HOURS', 120, 1, 24 * 365),
     webhookAllowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS === '1',
     deprecationsFile: env.DEPRECATIONS_FILE || undefined,
+    adminGrpcPort: env.ADMIN_GRPC_PORT ? int(env, 'ADMIN_GRPC_PORT', 0, 0, 65535) : undefined,
+    adminGrpcHost: env.ADMIN_GRPC_HOST || '127.0.0.1',
     busTimeoutMs: int(env, 'BUS_TIMEOUT_MS', 5000, 10, 120000),
     mailboxLimit: int(env, 'MAILBOX_LIMIT', 1000, 1, 1_000_000),
     logLevel: env.LOG_LEVEL || 'info',

@@ -17,7 +17,7 @@ export const PROBLEMS = {
   'not-acceptable': { status: 406, title: 'Not acceptable', doc: 'None of the media types in `Accept` can be served. Use `application/json` or `application/hal+json`.' },
   conflict: { status: 409, title: 'Conflict', doc: 'The request conflicts with existing state, such as a duplicate.' },
   'invalid-state': { status: 409, title: 'Invalid state', doc: 'The resource is not in a state that allows this action (for example paying a cancelled order).' },
-  gone: { status: 410, title: 'Gone', doc: 'The endpoint is retired or in a brownout. The problem and the `Link` header name its successor.' },
+  gone: { status: 410, title: 'Gone', doc: 'The endpoint is retired, or in a scheduled brownout ahead of its retirement. The problem names the successor in `successor` (for this request) and says which in `lifecycle` (`retired` or `brownout`); the `Link` header carries `rel="successor-version"` and `rel="deprecation"` (the migration guide). `GET /v1/deprecations` lists the schedule.' },
   'precondition-failed': { status: 412, title: 'Precondition failed', doc: 'The `If-Match` entity tag does not match the current representation. GET it again and retry.' },
   'payload-too-large': { status: 413, title: 'Payload too large', doc: 'The body or the batch exceeds the configured limit.' },
   'unsupported-media-type': { status: 415, title: 'Unsupported media type', doc: 'Send bodies as `application/json` (or `application/merge-patch+json` for PATCH).' },
@@ -57,7 +57,7 @@ export class ApiError extends Error {
   constructor(
     readonly slug: ProblemSlug,
     readonly detail: string,
-    readonly extra: { errors?: FieldError[]; headers?: Record<string, string> } = {},
+    readonly extra: { errors?: FieldError[]; headers?: Record<string, string>; members?: Record<string, unknown> } = {},
   ) {
     super(detail);
     this.status = PROBLEMS[slug].status;

@@ -26,18 +26,39 @@ import type { RouteDef } from './route.js';
 import { eventRoutes } from './resources/events.js';
 import { webhookRoutes } from './resources/webhooks.js';
 import { dispatchOptions, warnIfPrivateTargets, type WebhookHooks } from './webhook-wiring.js';
+import { mountVersions } from './versions.js';
+import { LifecycleRegistry } from './lifecycle.js';
+import { LifecycleFile } from './lifecycle-file.js';
+import { deprecationsRoute } from './resources/deprecations.js';
+import { UsageCounter, readUsage } from './usage.js';
+import { startOperator, type OperatorServer } from './operator.js';
 
 export interface Service {
   url: string;
   port: number;
   mode: 'embedded' | 'cluster';
   gateway: Gateway;
+  /** Endpoint lifecycle entries in force on this gateway. */
+  lifecycle: LifecycleRegistry;
+  /** The operator plane's gRPC port, when ADMIN_GRPC_PORT is set. */
+  adminPort: number | undefined;
   close(): Promise<void>;
 }
 
-export function allRoutes(hooks: WebhookHooks = {}): RouteDef[] {
-  const routes: RouteDef[] = [...orderRoutes, orderBatchRoute, ...productRoutes, ...refundRoutes, ...userRoutes, ...teamRoutes, ...articleRoutes];
-  routes.push(...eventRoutes, ...webhookRoutes(hooks));
+export function allRoutes(hooks: WebhookHooks = {}, lifecycle?: LifecycleRegistry): RouteDef[] {
+  // Declared once under /v1, mounted under every version (gateway/versions.ts).
+  const routes: RouteDef[] = mountVersions([
+    ...orderRoutes,
+    orderBatchRoute,
+    ...productRoutes,
+    ...refundRoutes,
+    ...userRoutes,
+    ...teamRoutes,
+    ...articleRoutes,
+    ...eventRoutes,
+    ...webhookRoutes(hooks),
+    deprecationsRoute(lifecycle),
+  ]);
   routes.push(...metaRoutes(() => routes));
   return routes;
 }
@@ -71,9 +92,28 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     });
     bus = new LocalBus(host, config.busTimeoutMs);
   }
+  const usage = new UsageCounter(bus, log);
+  const lifecycle = new LifecycleRegistry(Date.now, usage);
+  const routes = allRoutes(parts, lifecycle);
+  lifecycle.bind(routes);
+  let lifecycleFile: LifecycleFile | undefined;
+  if (config.deprecationsFile) {
+    lifecycleFile = new LifecycleFile(config.deprecationsFile, lifecycle, log);
+    try {
+      lifecycleFile.load();
+    } catch (err) {
+      await bus.close();
+      await host?.close();
+      throw err;
+    }
+    lifecycleFile.watch();
+  }
+  usage.start();
+  const auth = new Authenticator(jwtSecret(config.jwtSecret, config.dataDir));
   const gateway = createGateway({
-    routes: allRoutes(parts),
-    auth: new Authenticator(jwtSecret(config.jwtSecret, config.dataDir)),
+    lifecycle,
+    routes,
+    auth,
     bus: new BusClient(bus),
     config,
     log,
@@ -86,14 +126,41 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     refuse: gateway.refuse,
     needsAddress: gateway.needsAddress,
   });
+  let operator: OperatorServer | undefined;
+  if (config.adminGrpcPort !== undefined) {
+    operator = await startOperator(
+      {
+        role: 'gateway',
+        mode: config.natsUrl ? 'cluster' : 'embedded',
+        nodeId: config.nodeId ?? `gateway-${process.pid}`,
+        partitions: host ? Array.from({ length: PARTITIONS }, (_, i) => i) : [],
+        auth,
+        lifecycle: { registry: lifecycle, file: lifecycleFile },
+        // This gateway's latest counts go out first, so a reading includes them.
+        readUsage: async (opts) => {
+          await usage.flush();
+          return readUsage(bus, opts);
+        },
+        log,
+      },
+      config.adminGrpcHost,
+      config.adminGrpcPort,
+    );
+  }
   return {
     url: `http://${config.host}:${server.port}`,
     port: server.port,
     mode: config.natsUrl ? 'cluster' : 'embedded',
     gateway,
+    lifecycle,
+    adminPort: operator?.port,
     async close() {
+      await operator?.close();
       server.close();
+      lifecycleFile?.close();
       gateway.close();
+      // Counts taken since the last flush reach the owner before the bus goes.
+      await usage.close();
       await bus.close();
       await host?.close();
     },

@@ -4,6 +4,7 @@
 import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
 import { startService } from './app.js';
+import { LifecycleError } from './lifecycle.js';
 
 async function main(): Promise<void> {
   let config;
@@ -45,5 +46,6 @@ async function main(): Promise<void> {
 
 main().catch((err: unknown) => {
   process.stderr.write(`failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(1);
+  // A refused DEPRECATIONS_FILE is a configuration error, like a bad variable.
+  process.exit(err instanceof LifecycleError ? 2 : 1);
 });

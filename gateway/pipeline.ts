@@ -22,6 +22,8 @@ import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, par
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
+import { relink, type ApiVersion } from './versions.js';
+import type { LifecycleCheck, LifecycleRegistry } from './lifecycle.js';
 
 const VARY_ANON = 'Accept, Accept-Encoding';
 const VARY_AUTH = 'Accept, Accept-Encoding, Authorization';
@@ -40,6 +42,8 @@ export interface GatewayDeps {
   bus: BusClient;
   config: Config;
   log: Logger;
+  /** Endpoint lifecycle entries (gateway/lifecycle.ts); none means every route is active. */
+  lifecycle?: LifecycleRegistry;
 }
 
 export interface Gateway {
@@ -71,6 +75,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     let replay: Replay | undefined;
     let quota: string | undefined;
     let res: GatewayResponse;
+    let life: LifecycleCheck | undefined;
     try {
       const auth = req.headers.authorization;
       let principal: Principal | undefined;
@@ -84,13 +89,16 @@ export function createGateway(deps: GatewayDeps): Gateway {
       // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
       // is limited too, and a refused request costs no routing, parsing or bus call.
       quota = limiter.charge(callerKey(principal, req.remoteAddress));
-      if (authFailure !== undefined) throw authFailure;
       const match = router.match(req.method, req.path);
+      // A non-active route's headers go on every answer, errors and 304s included (CONTRACT §9).
+      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params, principal);
+      if (authFailure !== undefined) throw authFailure;
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
         throw new ApiError('method-not-allowed', `${req.method} is not supported here.`, { headers: { allow: match.allow.join(', ') } });
       }
       const route = match.route;
+      if (life?.gone) throw life.gone;
       if (route.scope !== undefined) deps.auth.authorize(principal, route.scope);
       const media = negotiateMediaType(req.headers.accept, route.produces);
       const coding = negotiateCoding(req.headers['accept-encoding']);
@@ -109,6 +117,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         bus: deps.bus,
         config: deps.config,
         idempotencyKey,
+        version: route.version ?? 'v1',
       };
       let outcome: Outcome | undefined;
       if (idempotencyKey !== undefined) {
@@ -142,6 +151,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
       res = problemResponse(err, traceId, deps.log);
     }
     if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
+    if (life) {
+      res.headers.deprecation = life.deprecation;
+      if (life.sunset !== undefined) res.headers.sunset = life.sunset;
+      if (life.link !== undefined) res.headers.link = life.link;
+    }
     return withQuota(res, limiter, quota);
   }
 
@@ -302,16 +316,18 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   }
 
   const isRead = ctx.req.method === 'GET' || ctx.req.method === 'HEAD';
+  // The API version is part of every variant: one record renders differently per version.
+  const api = ctx.version === 'v1' ? '' : `;api=${ctx.version}`;
   let tag: string | undefined;
   if (outcome.tag && outcome.tag !== 'content') {
     tag =
       'version' in outcome.tag
-        ? versionTag(outcome.tag.version, outcome.tag.variant, ctx.media, ctx.coding)
-        : fingerprintTag(outcome.tag.fingerprint, ctx.media, ctx.coding);
+        ? versionTag(outcome.tag.version, outcome.tag.variant + api, ctx.media, ctx.coding)
+        : fingerprintTag(outcome.tag.fingerprint + api, ctx.media, ctx.coding);
     // The answer is known before any byte is rendered: a matching tag costs no serialization.
     if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
   }
-  const text = outcome.text ?? serialize(outcome);
+  const text = outcome.text !== undefined ? versionedText(outcome.text, outcome, ctx.version) : serialize(outcome, ctx.version, api);
   const { bytes, coding } = await encodeBody(text, ctx.coding);
   if (outcome.tag === 'content') {
     tag = contentTag(bytes, ctx.media, coding);
@@ -323,11 +339,17 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
   return { status: outcome.status, headers, body: bytes };
 }
 
-function serialize(outcome: Outcome): string {
+function serialize(outcome: Outcome, version: ApiVersion, api: string): string {
+  const shape = version === 'v1' || outcome.versioned ? (v: unknown) => v : (v: unknown) => relink(v, version);
   if (outcome.cacheKey && outcome.tag && typeof outcome.tag === 'object' && 'version' in outcome.tag) {
-    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant, () => outcome.render?.() ?? outcome.body);
+    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant + api, () => shape(outcome.render?.() ?? outcome.body));
   }
-  return JSON.stringify(outcome.render ? outcome.render() : outcome.body);
+  return JSON.stringify(shape(outcome.render ? outcome.render() : outcome.body));
+}
+
+/** Text a handler assembled (a page of cached renderings) moved under the request's version. */
+function versionedText(text: string, outcome: Outcome, version: ApiVersion): string {
+  return version === 'v1' || outcome.versioned ? text : JSON.stringify(relink(JSON.parse(text), version));
 }
 
 function notModified(headers: Record<string, string>, tag: string): GatewayResponse {

@@ -11,6 +11,8 @@ export function problemResponse(err: unknown, traceId: string, log: Logger): Gat
   if (!(err instanceof ApiError)) log.error({ err, traceId }, 'unhandled error');
   const body = problemBody(e.slug, e.detail, e.extra.errors);
   body.traceId = traceId;
+  // Extension members (RFC 9457 §3.2), e.g. the successor of a retired endpoint.
+  if (e.extra.members) for (const [k, v] of Object.entries(e.extra.members)) if (!(k in body)) body[k] = v;
   const headers: Record<string, string> = {
     'content-type': 'application/problem+json',
     'cache-control': 'no-store',

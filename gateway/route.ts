@@ -10,6 +10,7 @@ import type { GatewayRequest } from './http-types.js';
 import type { Coding, MediaType } from './negotiate.js';
 import type { Method } from './router.js';
 import type { IfMatch } from '../proto/messages.js';
+import type { ApiVersion } from './versions.js';
 
 export type JsonSchema = Record<string, unknown>;
 
@@ -32,6 +33,8 @@ export interface Ctx {
   config: Config;
   /** The Idempotency-Key of a POST, already checked. */
   idempotencyKey: string | undefined;
+  /** The API version the request was made under (its path prefix). */
+  version: ApiVersion;
 }
 
 export interface Outcome {
@@ -59,6 +62,11 @@ export interface Outcome {
   /** Request headers beside the defaults that shaped this answer. */
   vary?: string[];
   headers?: Record<string, string>;
+  /**
+   * The body was rendered for ctx.version already (links and money). Otherwise a v2 answer is a
+   * v1 rendering whose links the pipeline moves under /v2 (gateway/versions.ts relink).
+   */
+  versioned?: boolean;
 }
 
 export interface RouteDef {
@@ -89,6 +97,10 @@ export interface RouteDef {
   /** Response schema for the OpenAPI document (the 2xx body). */
   response?: JsonSchema;
   handle(ctx: Ctx): Promise<Outcome>;
+  /** The version this route is mounted for; set by mountVersions (gateway/versions.ts), v1 when unset. */
+  version?: ApiVersion;
+  /** What differs in the /v2 twin of this route: where money is written or read. */
+  v2?: Partial<Pick<RouteDef, 'body' | 'query' | 'response'>>;
   /**
    * For a POST that sends one write: where its Idempotency-Key's answer is kept, and how that
    * answer (the write's reply) renders. A retry is answered from it before the handler reads

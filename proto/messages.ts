@@ -264,7 +264,16 @@ export type Command =
    * Starts a refund: `id` names the new refund, minted in the order's partition with its
    * operation. `amount` null refunds everything that is left.
    */
-  | (Base & { kind: 'refund.create'; id: string; orderId: string; operationId: string; amount: number | null; reason: string | null })
+  | (Base & {
+      kind: 'refund.create';
+      id: string;
+      orderId: string;
+      operationId: string;
+      amount: number | null;
+      /** The currency a v2 amount was written in; it must be the order's. */
+      currency?: string;
+      reason: string | null;
+    })
   | (Base & { kind: 'refund.get'; id: string })
   | (Base & { kind: 'operation.get'; id: string })
   | (Base & {
@@ -280,7 +289,25 @@ export type Command =
    */
   | (Base & { kind: 'idem.peek'; idem: IdemTag })
   // Webhook endpoints (in the tenant's partition) and events (where they were emitted).
-  | (Omit<Base, 'tenant' | 'partition'> & WebhookCommand);
+  | (Omit<Base, 'tenant' | 'partition'> & WebhookCommand)
+  /** Calls to non-active routes counted by a gateway since its last flush (actors/usage.ts). */
+  | (Base & { kind: 'usage.add'; counts: UsageCount[] });
+
+/** `n` calls by `principal` to `route` (`METHOD template`) on `day` (UTC, YYYY-MM-DD). */
+export interface UsageCount {
+  route: string;
+  day: string;
+  principal: string;
+  n: number;
+}
+
+/** One stored residual-traffic sum. */
+export interface UsageRow {
+  route: string;
+  day: string;
+  principal: string;
+  count: number;
+}
 
 /**
  * One operation of POST /orders/batch, already validated and priced by the gateway. Every order
@@ -306,7 +333,9 @@ export type Query =
   | { kind: 'article.list'; query: ListQuery }
   /** `filter` is the order id. */
   | { kind: 'refund.list'; query: ListQuery }
-  | WebhookQuery;
+  | WebhookQuery
+  /** Residual-traffic sums of the partitions a node owns: one route, or all; from a day on. */
+  | { kind: 'usage.read'; route?: string; since?: string };
 
 export interface ReplyMap extends WebhookReplies {
   'order.create': OrderRecord;
@@ -351,6 +380,8 @@ export interface ReplyMap extends WebhookReplies {
   'order.list': ListPage<OrderRecord>;
   'product.list': ListPage<ProductRecord>;
   'article.list': ListPage<ArticleRecord>;
+  'usage.add': null;
+  'usage.read': UsageRow[];
 }
 
 /** One node's slice of a list: up to limit+1 records in index order, each with its sort value. */
@@ -366,7 +397,7 @@ export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError 
 
 export type Kind = Command['kind'] | Query['kind'];
 /** Commands addressed to one record (not the batches, which name many, nor the peek). */
-export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'user.batchGet' }>;
+export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'user.batchGet' | 'usage.add' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
 export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
 

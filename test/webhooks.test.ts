@@ -265,3 +265,36 @@ test('POST …/test sends a ping to that endpoint, with the id it answered', asy
     await r.close();
   }
 });
+
+test('an endpoint with apiVersion v2 receives v2 data: money objects and /v2 links; a v1 endpoint the v1 shape of the same event', async (t) => {
+  const c = await t.context.api.as('wh-v2', WEBHOOK_SCOPES);
+  const r1 = await startReceiver();
+  const r2 = await startReceiver();
+  try {
+    const v2 = await c.post('/v1/webhook-endpoints', { endpointUrl: r2.url, eventTypes: ['order.created'], apiVersion: 'v2' });
+    t.is(v2.status, 201, v2.text);
+    t.is(v2.json.apiVersion, 'v2');
+    t.is((await c.post('/v1/webhook-endpoints', { endpointUrl: r1.url, eventTypes: ['order.created'] })).status, 201);
+    const product = await c.post('/v1/products', { name: 'Lamp', price: 1999, currency: 'EUR' });
+    const order = await c.post('/v1/orders', { currency: 'EUR', items: [{ productId: product.json.id, quantity: 2 }] });
+    t.is(order.status, 201, order.text);
+    await until('both deliveries', () => r1.got.length >= 1 && r2.got.length >= 1);
+    const [e1, e2] = [r1.got[0]!.json, r2.got[0]!.json];
+    t.is(e1.id, e2.id, 'one event, two renderings');
+    t.is(e2.apiVersion, 'v2');
+    t.deepEqual(e2.data.total, { amount: '39.98', currency: 'EUR' });
+    t.false('currency' in e2.data);
+    t.deepEqual(e2.data.items[0].unitPrice, { amount: '19.99', currency: 'EUR' });
+    t.is(e2.data._links.self.href, `/v2/orders/${order.json.id as string}`);
+    t.is(e1.apiVersion, 'v1');
+    t.is(e1.data.total, 3998);
+    t.is(e1.data.currency, 'EUR');
+    t.is(e1.data._links.self.href, `/v1/orders/${order.json.id as string}`);
+    const read = await c.get(`/v2/events/${e2.id as string}`);
+    t.is(read.status, 200, read.text);
+    t.deepEqual(read.json.data.total, { amount: '39.98', currency: 'EUR' }, 'the events API renders in the version it is read under');
+  } finally {
+    await r1.close();
+    await r2.close();
+  }
+});

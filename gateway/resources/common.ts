@@ -117,6 +117,8 @@ export async function plainListPage<T extends { id: string; version: number }>(
     /** Sorts whose values are strings; the others are numbers. */
     stringSorts: readonly string[];
     render: (record: T) => Record<string, unknown>;
+    /** Beside fields: what else decides a member's bytes (e.g. the API version). */
+    variant?: string;
   },
 ): Promise<Outcome> {
   const tenant = principalOf(ctx).tenant;
@@ -131,7 +133,7 @@ export async function plainListPage<T extends { id: string; version: number }>(
   const { rows, hasMore } = mergePages(pages, dir, limit);
   const last = rows[rows.length - 1];
   const links = pageLinks(opts.base, ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
-  const variant = variantOf(fields, new Set());
+  const variant = variantOf(fields, new Set(), opts.variant);
   const records = rows.map((r) => r.record);
   return {
     status: 200,

@@ -1,7 +1,7 @@
 // The one place an event's `data` is rendered (CONTRACT §6, §9): the stored record through the
 // same renderer its resource's GET uses, in the API version the reader asked for (a webhook
-// endpoint's `apiVersion`, or the version of the events URL). v2 renders like v1 for now; the
-// versioning work plugs its v2 shapes in here, per resource.
+// endpoint's `apiVersion`, or the version of the events URL): money and links as that version
+// writes them (CONTRACT §9).
 
 import type { ArticleRecord, MembershipRecord, OrderRecord, RefundRecord, UserRecord } from '../../proto/messages.js';
 import type { ApiVersion, EventRecord } from '../../proto/webhooks.js';
@@ -11,25 +11,25 @@ import { renderOrder } from './orders.js';
 import { renderRefund } from './refunds.js';
 import { renderMember } from './teams.js';
 import { renderUser } from './users.js';
+import { relink } from '../versions.js';
 
 export function renderEventData(event: EventRecord, apiVersion: ApiVersion): unknown {
-  void apiVersion; // Every resource renders alike in v1 and v2 until the v2 shapes land.
   switch (event.resource) {
     case 'order':
-      return renderOrder(event.data as OrderRecord, undefined, new Set(['items']), undefined);
+      return renderOrder(event.data as OrderRecord, undefined, new Set(['items']), undefined, apiVersion);
+    case 'refund':
+      return relink(renderRefund(event.data as RefundRecord, apiVersion), apiVersion);
     case 'user':
-      return renderUser(event.data as UserRecord);
+      return relink(renderUser(event.data as UserRecord), apiVersion);
     case 'membership':
-      return renderMember(event.data as MembershipRecord);
+      return relink(renderMember(event.data as MembershipRecord), apiVersion);
     case 'article': {
       const a = event.data as ArticleRecord;
       // An event carries the whole article: every translation, beside the default-language view.
-      return { ...renderArticle(a, a.defaultLanguage, ''), defaultLanguage: a.defaultLanguage, translations: a.translations };
+      return relink({ ...renderArticle(a, a.defaultLanguage, ''), defaultLanguage: a.defaultLanguage, translations: a.translations }, apiVersion);
     }
     case 'ping':
       return { endpointId: (event.data as { id: string }).id };
-    case 'refund':
-      return renderRefund(event.data as RefundRecord);
   }
 }
 

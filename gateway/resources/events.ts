@@ -9,6 +9,7 @@ import { invalidParameter, LIST_PARAMS, variantOf } from '../collection.js';
 import { type JsonSchema, type RouteDef, principalOf, route } from '../route.js';
 import { collectionSchema, idParam, linksSchema, plainListPage, problemResponses } from './common.js';
 import { renderEvent } from './event-data.js';
+import { apiVariant, versionPath, type ApiVersion } from '../versions.js';
 
 const BASE = '/v1/events';
 const EVENT_FIELDS = ['id', 'type', 'created', 'apiVersion', 'data'] as const;
@@ -25,8 +26,9 @@ const eventSchema: JsonSchema = {
   },
 };
 
-function render(e: EventRecord): Record<string, unknown> {
-  return { ...renderEvent(e, 'v1'), _links: { self: { href: `${BASE}/${e.id}` } } };
+/** An event as the version it is read under renders its data (CONTRACT §9), links included. */
+function render(e: EventRecord, v: ApiVersion): Record<string, unknown> {
+  return { ...renderEvent(e, v), _links: { self: { href: versionPath(`${BASE}/${e.id}`, v) } } };
 }
 
 export const eventRoutes: RouteDef[] = [
@@ -61,7 +63,18 @@ export const eventRoutes: RouteDef[] = [
     handle(ctx) {
       const type = ctx.query.get('type') ?? undefined;
       if (type !== undefined && !(type in EVENT_TYPES)) throw invalidParameter('type', 'is not an event type (GET /v1/event-types)');
-      return plainListPage(ctx, { kind: 'event.list', base: BASE, filter: type, sorts: ['created'], defaultSort: '-created', fields: EVENT_FIELDS, stringSorts: [], render });
+      const v = ctx.version;
+      return plainListPage(ctx, {
+        kind: 'event.list',
+        base: BASE,
+        filter: type,
+        sorts: ['created'],
+        defaultSort: '-created',
+        fields: EVENT_FIELDS,
+        stringSorts: [],
+        render: (e: EventRecord) => render(e, v),
+        variant: apiVariant(v),
+      });
     },
   }),
 
@@ -77,7 +90,8 @@ export const eventRoutes: RouteDef[] = [
     async handle(ctx) {
       const id = idParam(ctx, 'event', 'eventId', 'event');
       const e = await ctx.bus.call({ kind: 'event.get', tenant: principalOf(ctx).tenant, partition: partitionOf(id), id });
-      return { status: 200, render: () => render(e), cacheKey: e.id, tag: { version: e.version, variant: variantOf(undefined, new Set()) } };
+      const v = ctx.version;
+      return { status: 200, render: () => render(e, v), cacheKey: e.id, tag: { version: e.version, variant: variantOf(undefined, new Set(), apiVariant(v)) }, versioned: true };
     },
   }),
 ];

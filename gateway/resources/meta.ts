@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { ApiError, PROBLEMS, isProblemSlug } from '../../common/errors.js';
 import { openApiDocument } from '../openapi.js';
 import { type RouteDef, route } from '../route.js';
+import { API_VERSIONS, LATEST, type ApiVersion } from '../versions.js';
 
 const PUBLIC = 'public, max-age=300';
 
@@ -42,8 +43,7 @@ function problemIndex(): string {
 }
 
 export function metaRoutes(allRoutes: () => readonly RouteDef[]): RouteDef[] {
-  let openapi: string | undefined;
-  let guide: string | undefined;
+  const openapi = new Map<ApiVersion, string>();
   return [
     route({
       method: 'GET',
@@ -54,48 +54,61 @@ export function metaRoutes(allRoutes: () => readonly RouteDef[]): RouteDef[] {
       scope: undefined,
       responses: { 200: 'Links to each version root.' },
       async handle() {
-        return { status: 200, body: { _links: { self: { href: '/' }, v1: { href: '/v1' }, docs: { href: '/docs' } } }, tag: 'content', cache: PUBLIC };
-      },
-    }),
-    route({
-      method: 'GET',
-      path: '/v1',
-      operationId: 'root',
-      summary: 'The root document: links to every top-level collection, the OpenAPI document and the guide.',
-      tag: 'discovery',
-      scope: undefined,
-      responses: { 200: 'The root document.' },
-      async handle() {
-        const links = {
-          self: { href: '/v1' },
-          orders: { href: '/v1/orders' },
-          products: { href: '/v1/products' },
-          users: { href: '/v1/users' },
-          teams: { href: '/v1/teams' },
-          articles: { href: '/v1/articles' },
-          webhookEndpoints: { href: '/v1/webhook-endpoints' },
-          events: { href: '/v1/events' },
-          eventTypes: { href: '/v1/event-types' },
-          openapi: { href: '/v1/openapi.json' },
-          docs: { href: '/docs' },
+        const versions = Object.fromEntries(API_VERSIONS.map((v) => [v, { href: `/${v}` }]));
+        const body = {
+          versions: API_VERSIONS,
+          latest: LATEST,
+          _links: { self: { href: '/' }, ...versions, deprecations: { href: '/v1/deprecations' }, docs: { href: '/docs' }, migration: { href: '/docs/migration-v1-v2' } },
         };
-        return { status: 200, body: { _links: links }, tag: 'content', cache: PUBLIC };
+        return { status: 200, body, tag: 'content', cache: PUBLIC };
       },
     }),
-    route({
-      method: 'GET',
-      path: '/v1/openapi.json',
-      operationId: 'openapi',
-      summary: 'The OpenAPI 3.1 document of v1.',
-      tag: 'discovery',
-      scope: undefined,
-      produces: ['application/json', 'application/vnd.oai.openapi+json'],
-      responses: { 200: 'OpenAPI 3.1.' },
-      async handle() {
-        openapi ??= JSON.stringify(openApiDocument(allRoutes(), '/v1'));
-        return { status: 200, text: openapi, tag: 'content', cache: PUBLIC };
-      },
-    }),
+    ...API_VERSIONS.flatMap((v) => [
+      route({
+        method: 'GET',
+        path: `/${v}`,
+        operationId: `root${v.toUpperCase()}`,
+        summary: `The ${v} root document: links to every top-level collection, the OpenAPI document and the guide.`,
+        tag: 'discovery',
+        scope: undefined,
+        version: v,
+        responses: { 200: 'The root document.' },
+        async handle() {
+          const links = {
+            self: { href: `/${v}` },
+            orders: { href: `/${v}/orders` },
+            products: { href: `/${v}/products` },
+            users: { href: `/${v}/users` },
+            teams: { href: `/${v}/teams` },
+            articles: { href: `/${v}/articles` },
+            refunds: { href: `/${v}/refunds` },
+            webhookEndpoints: { href: `/${v}/webhook-endpoints` },
+            events: { href: `/${v}/events` },
+            eventTypes: { href: `/${v}/event-types` },
+            deprecations: { href: `/${v}/deprecations` },
+            openapi: { href: `/${v}/openapi.json` },
+            docs: { href: '/docs' },
+          };
+          return { status: 200, body: { _links: links }, tag: 'content', cache: PUBLIC, versioned: true };
+        },
+      }),
+      route({
+        method: 'GET',
+        path: `/${v}/openapi.json`,
+        operationId: `openapi${v.toUpperCase()}`,
+        summary: `The OpenAPI 3.1 document of ${v}.`,
+        tag: 'discovery',
+        scope: undefined,
+        version: v,
+        produces: ['application/json', 'application/vnd.oai.openapi+json'],
+        responses: { 200: 'OpenAPI 3.1.' },
+        async handle() {
+          let doc = openapi.get(v);
+          if (doc === undefined) openapi.set(v, (doc = JSON.stringify(openApiDocument(allRoutes(), `/${v}`))));
+          return { status: 200, text: doc, tag: 'content', cache: PUBLIC, versioned: true };
+        },
+      }),
+    ]),
     route({
       method: 'GET',
       path: '/problems',
@@ -124,19 +137,26 @@ export function metaRoutes(allRoutes: () => readonly RouteDef[]): RouteDef[] {
         return { status: 200, text: problemPage(slug), tag: 'content', cache: PUBLIC };
       },
     }),
-    route({
-      method: 'GET',
-      path: '/docs',
-      operationId: 'guide',
-      summary: 'The API guide (Markdown).',
-      tag: 'discovery',
-      scope: undefined,
-      produces: ['text/markdown', 'text/plain'],
-      responses: { 200: 'The guide.' },
-      async handle() {
-        guide ??= readFileSync(projectFile('docs/api-guide.md'), 'utf8');
-        return { status: 200, text: guide, tag: 'content', cache: PUBLIC };
-      },
-    }),
+    markdownPage('/docs', 'guide', 'The API guide (Markdown).', 'docs/api-guide.md'),
+    markdownPage('/docs/migration-v1-v2', 'migrationGuide', 'Moving from v1 to v2 (Markdown): the page deprecation links point at.', 'docs/migration-v1-v2.md'),
   ];
+}
+
+/** A Markdown document of docs/, read once and served as is. */
+function markdownPage(path: string, operationId: string, summary: string, file: string): RouteDef {
+  let text: string | undefined;
+  return route({
+    method: 'GET',
+    path,
+    operationId,
+    summary,
+    tag: 'discovery',
+    scope: undefined,
+    produces: ['text/markdown', 'text/plain'],
+    responses: { 200: 'The document.' },
+    async handle() {
+      text ??= readFileSync(projectFile(file), 'utf8');
+      return { status: 200, text, tag: 'content', cache: PUBLIC };
+    },
+  });
 }

@@ -19,7 +19,7 @@ import { homePartition } from '../idempotency.js';
 import { validateBody } from '../validate.js';
 import { variantOf } from '../collection.js';
 import { READ_ONLY, problemResponses } from './common.js';
-import { createSchema, inputOf, patchSchema, priceWith, productIdsOf } from './orders.js';
+import { createSchema, createSchemaV2, inputOf, patchSchema, priceWith, productIdsOf } from './orders.js';
 import { fetchProducts } from './products.js';
 import type { OrderPatch } from '../../proto/messages.js';
 
@@ -87,7 +87,7 @@ function within(index: number, err: ApiError, prefix: string): ApiError {
   return new ApiError(err.slug, err.detail, errors ? { errors } : {});
 }
 
-function check(index: number, raw: unknown): { method: BatchMethod; id: string | undefined; ifMatch: string | undefined; body: Record<string, unknown> | undefined } {
+function check(index: number, raw: unknown, v2: boolean): { method: BatchMethod; id: string | undefined; ifMatch: string | undefined; body: Record<string, unknown> | undefined } {
   try {
     validateBody(operationSchema, raw);
   } catch (err) {
@@ -104,7 +104,7 @@ function check(index: number, raw: unknown): { method: BatchMethod; id: string |
   if (op.method === 'POST' && op.ifMatch !== undefined) fail('/ifMatch', 'is only for PATCH and DELETE');
   if (op.body !== undefined) {
     try {
-      if (op.method === 'POST') validateBody(createSchema, op.body, READ_ONLY);
+      if (op.method === 'POST') validateBody(v2 ? createSchemaV2 : createSchema, op.body, READ_ONLY);
       else validateBody(patchSchema, op.body, [...READ_ONLY, 'items']);
     } catch (err) {
       throw err instanceof ApiError ? within(index, err, '/body') : err;
@@ -170,7 +170,7 @@ export const orderBatchRoute: RouteDef = route({
     const existing = new Set<number>();
     body.operations.forEach((raw, index) => {
       try {
-        const op = check(index, raw);
+        const op = check(index, raw, ctx.version === 'v2');
         if (op.method === 'POST') {
           const input = inputOf(op.body!);
           const itemsRaw = (op.body!.items as Record<string, unknown>[] | undefined) ?? [];

@@ -28,9 +28,18 @@ import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew
 import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, UNICODE_TEXT, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering } from '../representation.js';
+import { moneyInputSchema, moneySchema, parseMoney, renderMoney, type Money } from '../money.js';
+import { relink, type ApiVersion } from '../versions.js';
 
 const BASE = '/v1/orders';
+/** Where orders live in one version: links in a v2 rendering stay in v2. */
+const baseOf = (v: ApiVersion): string => `/${v}/orders`;
 export const ORDER_FIELDS = ['id', 'status', 'currency', 'total', 'customerId', 'note', 'metadata', 'createdAt', 'updatedAt'] as const;
+/** v2 has no top-level currency: it is inside `total` (CONTRACT §9). */
+export const ORDER_FIELDS_V2 = ORDER_FIELDS.filter((f) => f !== 'currency');
+const orderFields = (v: ApiVersion): readonly string[] => (v === 'v1' ? ORDER_FIELDS : ORDER_FIELDS_V2);
+/** Most a unit price may be, in minor units. */
+const MAX_UNIT_PRICE = 1_000_000_000;
 export const ORDER_EXPANDS = ['items', 'items.product'] as const;
 const ITEM_FIELDS = ['id', 'orderId', 'productId', 'quantity', 'unitPrice', 'createdAt', 'updatedAt'] as const;
 const STATUSES: OrderStatus[] = ['pending', 'paid', 'cancelled', 'refunded'];
@@ -46,8 +55,14 @@ const itemInputSchema: JsonSchema = {
   properties: {
     productId: { type: 'string', minLength: 1, maxLength: 64 },
     quantity: { type: 'integer', minimum: 1, maximum: 10_000 },
-    unitPrice: { type: 'integer', minimum: 0, maximum: 1_000_000_000, description: 'Minor units; defaults to the product price.' },
+    unitPrice: { type: 'integer', minimum: 0, maximum: MAX_UNIT_PRICE, description: 'Minor units; defaults to the product price.' },
   },
+};
+
+/** v2: the unit price is a money object in the order's currency. */
+const itemInputSchemaV2: JsonSchema = {
+  ...itemInputSchema,
+  properties: { ...(itemInputSchema.properties as object), unitPrice: moneyInputSchema('In the order\'s currency; defaults to the product price.', MAX_UNIT_PRICE) },
 };
 
 const orderWritable = {
@@ -62,6 +77,12 @@ export const createSchema: JsonSchema = {
   additionalProperties: false,
   required: ['currency'],
   properties: { ...orderWritable, items: { type: 'array', maxItems: MAX_ITEMS_PER_ORDER, items: itemInputSchema } },
+};
+
+/** v2 creates: `currency` still names the order's currency; item prices are money objects. */
+export const createSchemaV2: JsonSchema = {
+  ...createSchema,
+  properties: { ...orderWritable, items: { type: 'array', maxItems: MAX_ITEMS_PER_ORDER, items: itemInputSchemaV2 } },
 };
 
 const replaceSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['currency'], properties: orderWritable };
@@ -89,6 +110,8 @@ const itemSchema: JsonSchema = {
   },
 };
 
+const itemSchemaV2: JsonSchema = { ...itemSchema, properties: { ...(itemSchema.properties as object), unitPrice: moneySchema } };
+
 const orderSchema: JsonSchema = {
   type: 'object',
   properties: {
@@ -106,10 +129,18 @@ const orderSchema: JsonSchema = {
   },
 };
 
+const orderSchemaV2: JsonSchema = (() => {
+  const { currency: _currency, ...rest } = orderSchema.properties as Record<string, JsonSchema>;
+  return {
+    type: 'object',
+    properties: { ...rest, total: { ...moneySchema, description: 'Sum of the items; read-only.' }, items: { type: 'array', items: itemSchemaV2, description: 'With expand=items.' } },
+  };
+})();
+
 // ---- rendering ----
 
-function orderLinks(o: OrderRecord): Record<string, { href: string; method?: string }> {
-  const self = `${BASE}/${o.id}`;
+function orderLinks(o: OrderRecord, v: ApiVersion): Record<string, { href: string; method?: string }> {
+  const self = `${baseOf(v)}/${o.id}`;
   const links: Record<string, { href: string; method?: string }> = { self: { href: self }, items: { href: `${self}/items` } };
   if (o.status === 'pending') links.cancel = { href: `${self}/cancel`, method: 'POST' };
   if (o.status === 'pending' && o.total > 0) links.pay = { href: `${self}/pay`, method: 'POST' };
@@ -119,39 +150,49 @@ function orderLinks(o: OrderRecord): Record<string, { href: string; method?: str
   return links;
 }
 
-function renderItem(orderId: string, i: ItemRecord, products: Map<string, ProductRecord> | undefined): Record<string, unknown> {
+/** An amount of the order's currency as version `v` writes it: minor units (v1) or a money object (v2). */
+function amountOf(minor: number, currency: string, v: ApiVersion): number | Money {
+  return v === 'v1' ? minor : renderMoney(minor, currency);
+}
+
+function renderItem(o: OrderRecord, i: ItemRecord, products: Map<string, ProductRecord> | undefined, v: ApiVersion): Record<string, unknown> {
+  const base = baseOf(v);
   const rep: Record<string, unknown> = {
     id: i.id,
-    orderId,
+    orderId: o.id,
     productId: i.productId,
     quantity: i.quantity,
-    unitPrice: i.unitPrice,
+    unitPrice: amountOf(i.unitPrice, o.currency, v),
     createdAt: iso(i.createdAt),
     updatedAt: iso(i.updatedAt),
   };
   if (products) {
     const p = products.get(i.productId);
-    rep.product = p ? renderProduct(p) : null;
+    rep.product = p ? relink(renderProduct(p), v) : null;
   }
-  rep._links = { self: { href: `${BASE}/${orderId}/items/${i.id}` }, order: { href: `${BASE}/${orderId}` }, product: { href: `/v1/products/${i.productId}` } };
+  rep._links = { self: { href: `${base}/${o.id}/items/${i.id}` }, order: { href: `${base}/${o.id}` }, product: { href: `/${v}/products/${i.productId}` } };
   return rep;
 }
 
-export function renderOrder(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined): Record<string, unknown> {
-  const rep: Record<string, unknown> = {
-    id: o.id,
-    status: o.status,
-    currency: o.currency,
-    total: o.total,
+export function renderOrder(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined, v: ApiVersion): Record<string, unknown> {
+  const rep: Record<string, unknown> = { id: o.id, status: o.status };
+  if (v === 'v1') rep.currency = o.currency;
+  Object.assign(rep, {
+    total: amountOf(o.total, o.currency, v),
     customerId: o.customerId,
     note: o.note,
     metadata: o.metadata,
     createdAt: iso(o.createdAt),
     updatedAt: iso(o.updatedAt),
-  };
-  if (expand.has('items')) rep.items = o.items.map((i) => renderItem(o.id, i, products));
-  rep._links = orderLinks(o);
+  });
+  if (expand.has('items')) rep.items = o.items.map((i) => renderItem(o, i, products, v));
+  rep._links = orderLinks(o, v);
   return project(rep, fields, expand);
+}
+
+/** An order as API version `v` renders it in full: what webhook events of that version carry. */
+export function renderOrderFor(o: OrderRecord, v: ApiVersion): Record<string, unknown> {
+  return renderOrder(o, undefined, new Set(), undefined, v);
 }
 
 /** Most distinct products one answer may embed: each is a read, and a page must stay bounded. */
@@ -168,9 +209,9 @@ async function expansionProducts(ctx: Ctx, orders: OrderRecord[], expand: Set<st
 }
 
 /** What, beside its version, decides an order's bytes: fields, expand, embedded products' versions. */
-function orderVariant(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined): string {
+function orderVariant(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined, v: ApiVersion): string {
   const embedded = products ? [...new Set(o.items.map((i) => i.productId))].sort().map((id) => `${id}@${products.get(id)?.version ?? 0}`).join(',') : '';
-  return variantOf(fields, expand, embedded);
+  return variantOf(fields, expand, v === 'v1' ? embedded : `${embedded};api=${v}`);
 }
 
 // ---- request helpers ----
@@ -179,12 +220,13 @@ function orderIdOf(ctx: Ctx): string {
   return idParam(ctx, 'order', 'orderId', 'order');
 }
 
-function orderOutcome(o: OrderRecord, status = 200, location?: string): Outcome {
+function orderOutcome(ctx: Ctx, o: OrderRecord, status = 200, location?: string): Outcome {
   const out: Outcome = {
     status,
-    render: () => renderOrder(o, undefined, new Set(), undefined),
+    render: () => renderOrder(o, undefined, new Set(), undefined, ctx.version),
     cacheKey: o.id,
     tag: { version: o.version, variant: variantOf(undefined, new Set()) },
+    versioned: true,
   };
   if (location) out.location = location;
   return out;
@@ -225,7 +267,8 @@ export function priceWith(products: Map<string, ProductRecord>, orderId: string,
       errors.push({ pointer: `${pointer(i)}/productId`, detail: 'names no product' });
       return;
     }
-    let unitPrice = r.unitPrice as number | undefined;
+    // v1 writes minor units; v2 a money object in the order's currency (the schema decided which).
+    let unitPrice = typeof r.unitPrice === 'object' && r.unitPrice !== null ? parseMoney(r.unitPrice as Money, currency, `${pointer(i)}/unitPrice`, MAX_UNIT_PRICE) : (r.unitPrice as number | undefined);
     if (unitPrice === undefined) {
       if (product.currency !== currency) {
         errors.push({ pointer: `${pointer(i)}/unitPrice`, detail: `is required: the product is priced in ${product.currency}, the order in ${currency}` });
@@ -256,28 +299,30 @@ function action(kind: 'order.pay' | 'order.cancel', verb: string): RouteDef {
     response: orderSchema,
     async handle(ctx) {
       const id = orderIdOf(ctx);
-      return orderOutcome(await ctx.bus.call({ kind, ...target(ctx, id), ifMatch: ctx.ifMatch }));
+      return orderOutcome(ctx, await ctx.bus.call({ kind, ...target(ctx, id), ifMatch: ctx.ifMatch }));
     },
-    replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (_ctx, reply) => orderOutcome(reply as OrderRecord) },
+    replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (ctx, reply) => orderOutcome(ctx, reply as OrderRecord) },
+    v2: { response: orderSchemaV2 },
   });
 }
 
 /** A new order's answer: also what a keyed retry of the create replays. */
-function createdOrder(order: OrderRecord): Outcome {
+function createdOrder(ctx: Ctx, order: OrderRecord): Outcome {
   // The answer's id, not one minted for this request: a replay answers the first attempt's order.
-  return orderOutcome(order, 201, `${BASE}/${order.id}`);
+  return orderOutcome(ctx, order, 201, `${baseOf(ctx.version)}/${order.id}`);
 }
 
 /** A new line item's answer, from the order the add returned. */
-function addedItem(order: OrderRecord): Outcome {
+function addedItem(ctx: Ctx, order: OrderRecord): Outcome {
   // Items are only ever appended, so the one this write added is the last in its answer; a
   // replayed answer names the item of the first attempt.
   const item = order.items[order.items.length - 1]!;
   return {
     status: 201,
-    body: renderItem(order.id, item, undefined),
+    body: renderItem(order, item, undefined, ctx.version),
     tag: { version: order.version, variant: `item:${item.id};${variantOf(undefined, new Set())}` },
-    location: `${BASE}/${order.id}/items/${item.id}`,
+    location: `${baseOf(ctx.version)}/${order.id}/items/${item.id}`,
+    versioned: true,
   };
 }
 
@@ -298,13 +343,14 @@ export const orderRoutes: RouteDef[] = [
     },
     responses: { 200: 'A page of orders.', ...problemResponses(400) },
     response: collectionSchema(orderSchema),
+    v2: { response: collectionSchema(orderSchemaV2) },
     async handle(ctx) {
       const tenant = principalOf(ctx).tenant;
       const status = ctx.query.get('status') ?? undefined;
       if (status !== undefined && !STATUSES.includes(status as OrderStatus)) throw invalidParameter('status', `must be one of ${STATUSES.join(', ')}`);
       const { sort, dir } = parseSort(ctx.query, ORDER_SORTS, '-createdAt');
       const limit = parseLimit(ctx.query);
-      const fields = parseFields(ctx.query, ORDER_FIELDS);
+      const fields = parseFields(ctx.query, orderFields(ctx.version));
       const expand = parseExpand(ctx.query, ORDER_EXPANDS);
       const filterKey = `status=${status ?? ''}`;
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
@@ -314,12 +360,13 @@ export const orderRoutes: RouteDef[] = [
       const orders = rows.map((r) => r.record);
       const products = await expansionProducts(ctx, orders, expand);
       const last = rows[rows.length - 1];
-      const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
-      const variants = orders.map((o) => orderVariant(o, fields, expand, products));
+      const links = pageLinks(baseOf(ctx.version), ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
+      const variants = orders.map((o) => orderVariant(o, fields, expand, products, ctx.version));
       return {
         status: 200,
-        text: pageText(orders.map((o, i) => cachedRendering(o.id, o.version, variants[i]!, () => renderOrder(o, fields, expand, products))), hasMore, links),
+        text: pageText(orders.map((o, i) => cachedRendering(o.id, o.version, variants[i]!, () => renderOrder(o, fields, expand, products, ctx.version))), hasMore, links),
         tag: { fingerprint: pageFingerprint(orders, variants.join(';'), hasMore, links) },
+        versioned: true,
       };
     },
   }),
@@ -334,15 +381,16 @@ export const orderRoutes: RouteDef[] = [
     body: { schema: createSchema, readOnly: READ_ONLY },
     responses: { 201: 'The new order; Location names it.', ...problemResponses(400, 415, 422) },
     response: orderSchema,
+    v2: { body: { schema: createSchemaV2, readOnly: READ_ONLY }, response: orderSchemaV2 },
     async handle(ctx) {
       const body = ctx.body as Record<string, unknown>;
       const id = newId('order', partitionForNew(ctx));
       const input = inputOf(body);
       const items = await priceItems(ctx, id, input.currency, (body.items as Record<string, unknown>[] | undefined) ?? [], (i) => `/items/${i}`);
       const order = await ctx.bus.call({ kind: 'order.create', tenant: principalOf(ctx).tenant, partition: partitionOf(id), id, input, items });
-      return createdOrder(order);
+      return createdOrder(ctx, order);
     },
-    replay: { partition: partitionForNew, outcome: (_ctx, reply) => createdOrder(reply as OrderRecord) },
+    replay: { partition: partitionForNew, outcome: (ctx, reply) => createdOrder(ctx, reply as OrderRecord) },
   }),
 
   route({
@@ -355,16 +403,18 @@ export const orderRoutes: RouteDef[] = [
     query: { fields: fieldsParam(ORDER_FIELDS), expand: expandParam(ORDER_EXPANDS) },
     responses: { 200: 'The order.', 304: 'The tag in If-None-Match is current.', ...problemResponses(400, 404) },
     response: orderSchema,
+    v2: { query: { fields: fieldsParam(ORDER_FIELDS_V2), expand: expandParam(ORDER_EXPANDS) }, response: orderSchemaV2 },
     async handle(ctx) {
-      const fields = parseFields(ctx.query, ORDER_FIELDS);
+      const fields = parseFields(ctx.query, orderFields(ctx.version));
       const expand = parseExpand(ctx.query, ORDER_EXPANDS);
       const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, orderIdOf(ctx)) });
       const products = await expansionProducts(ctx, [order], expand);
       return {
         status: 200,
-        render: () => renderOrder(order, fields, expand, products),
+        render: () => renderOrder(order, fields, expand, products, ctx.version),
         cacheKey: order.id,
-        tag: { version: order.version, variant: orderVariant(order, fields, expand, products) },
+        tag: { version: order.version, variant: orderVariant(order, fields, expand, products, ctx.version) },
+        versioned: true,
       };
     },
   }),
@@ -379,9 +429,10 @@ export const orderRoutes: RouteDef[] = [
     body: { schema: replaceSchema, readOnly: [...READ_ONLY, 'items'] },
     responses: { 200: 'The replaced order.', ...problemResponses(404, 409, 412, 415, 422) },
     response: orderSchema,
+    v2: { response: orderSchemaV2 },
     async handle(ctx) {
       const input = inputOf(ctx.body as Record<string, unknown>);
-      return orderOutcome(await ctx.bus.call({ kind: 'order.replace', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, input }));
+      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.replace', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, input }));
     },
   }),
 
@@ -395,9 +446,10 @@ export const orderRoutes: RouteDef[] = [
     body: { schema: patchSchema, readOnly: [...READ_ONLY, 'items'], mediaTypes: ['application/merge-patch+json', 'application/json'] },
     responses: { 200: 'The updated order.', ...problemResponses(404, 409, 412, 415, 422) },
     response: orderSchema,
+    v2: { response: orderSchemaV2 },
     async handle(ctx) {
       const patch = ctx.body as OrderPatch;
-      return orderOutcome(await ctx.bus.call({ kind: 'order.patch', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, patch }));
+      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.patch', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, patch }));
     },
   }),
 
@@ -428,6 +480,7 @@ export const orderRoutes: RouteDef[] = [
     query: { fields: fieldsParam(ITEM_FIELDS), ...LIST_PARAMS },
     responses: { 200: 'A page of line items.', ...problemResponses(400, 404) },
     response: collectionSchema(itemSchema),
+    v2: { response: collectionSchema(itemSchemaV2) },
     async handle(ctx) {
       const id = orderIdOf(ctx);
       const fields = parseFields(ctx.query, ITEM_FIELDS);
@@ -439,10 +492,11 @@ export const orderRoutes: RouteDef[] = [
       const page = order.items.slice(start, start + limit);
       const hasMore = start + limit < order.items.length;
       const last = page[page.length - 1];
-      const links = pageLinks(`${BASE}/${id}/items`, ctx.query, hasMore && last ? encodeCursor(id, 'added', start + page.length, last.id) : undefined);
+      const links = pageLinks(`${baseOf(ctx.version)}/${id}/items`, ctx.query, hasMore && last ? encodeCursor(id, 'added', start + page.length, last.id) : undefined);
       return {
         status: 200,
-        body: { data: page.map((i) => project(renderItem(id, i, undefined), fields, new Set())), hasMore, _links: links },
+        body: { data: page.map((i) => project(renderItem(order, i, undefined, ctx.version), fields, new Set())), hasMore, _links: links },
+        versioned: true,
         tag: { version: order.version, variant: `items;${variantOf(fields, new Set(), `s=${start};l=${limit}`)}` },
       };
     },
@@ -458,15 +512,16 @@ export const orderRoutes: RouteDef[] = [
     body: { schema: itemInputSchema, readOnly: ['id', 'orderId', 'createdAt', 'updatedAt', '_links'] },
     responses: { 201: 'The new line item; Location names it.', ...problemResponses(404, 409, 412, 415, 422) },
     response: itemSchema,
+    v2: { body: { schema: itemInputSchemaV2, readOnly: ['id', 'orderId', 'createdAt', 'updatedAt', '_links'] }, response: itemSchemaV2 },
     async handle(ctx) {
       const id = orderIdOf(ctx);
       const t = target(ctx, id);
       // The item's price needs the order's currency; the actor re-checks the state in its turn.
       const current = await ctx.bus.call({ kind: 'order.get', ...t });
       const [item] = await priceItems(ctx, id, current.currency, [ctx.body as Record<string, unknown>], () => '');
-      return addedItem(await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item!, currency: current.currency }));
+      return addedItem(ctx, await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item!, currency: current.currency }));
     },
-    replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (_ctx, reply) => addedItem(reply as OrderRecord) },
+    replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (ctx, reply) => addedItem(ctx, reply as OrderRecord) },
   }),
 
   route({
@@ -479,6 +534,7 @@ export const orderRoutes: RouteDef[] = [
     query: { fields: fieldsParam(ITEM_FIELDS) },
     responses: { 200: 'The line item.', 304: 'The tag in If-None-Match is current.', ...problemResponses(404) },
     response: itemSchema,
+    v2: { response: itemSchemaV2 },
     async handle(ctx) {
       const id = orderIdOf(ctx);
       const fields = parseFields(ctx.query, ITEM_FIELDS);
@@ -487,7 +543,8 @@ export const orderRoutes: RouteDef[] = [
       if (!item) throw new ApiError('not-found', 'No line item with that id in this order.');
       return {
         status: 200,
-        body: project(renderItem(id, item, undefined), fields, new Set()),
+        body: project(renderItem(order, item, undefined, ctx.version), fields, new Set()),
+        versioned: true,
         tag: { version: order.version, variant: `item:${item.id};${variantOf(fields, new Set())}` },
       };
     },

@@ -14,11 +14,17 @@ import { REFUND_SORTS } from '../../actors/refunds.js';
 import { LIST_PARAMS, fieldsParam, invalidParameter, parseFields, project, sortParam, variantOf } from '../collection.js';
 import { problemBody } from '../problem.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
+import { moneyInputSchema, moneySchema, parseMoney, renderMoney, type Money } from '../money.js';
+import { apiVariant, versionPath, type ApiVersion } from '../versions.js';
 import { UNICODE_TEXT, collectionSchema, currencySchema, idParam, iso, linksSchema, plainListPage, problemResponses, target } from './common.js';
 
 const BASE = '/v1/refunds';
 const OPERATIONS = '/v1/operations';
 const REFUND_FIELDS = ['id', 'orderId', 'amount', 'currency', 'reason', 'status', 'failureReason', 'createdAt', 'updatedAt'] as const;
+// v2 writes the amount as a money object, which names its currency (CONTRACT §9).
+const REFUND_FIELDS_V2 = REFUND_FIELDS.filter((f) => f !== 'currency');
+const refundFields = (v: ApiVersion): readonly string[] => (v === 'v1' ? REFUND_FIELDS : REFUND_FIELDS_V2);
+const MAX_REFUND_MINOR = 1_000_000_000_000;
 const ORDER_ID_LENGTH = 26;
 
 const createSchema: JsonSchema = {
@@ -27,9 +33,14 @@ const createSchema: JsonSchema = {
   required: ['orderId'],
   properties: {
     orderId: { type: 'string', minLength: ORDER_ID_LENGTH, maxLength: ORDER_ID_LENGTH, pattern: '^ord_[0-9a-z]+$', description: 'A paid order.' },
-    amount: { type: 'integer', minimum: 1, maximum: 1_000_000_000_000, description: 'Minor units of the order currency; defaults to everything left to refund.' },
+    amount: { type: 'integer', minimum: 1, maximum: MAX_REFUND_MINOR, description: 'Minor units of the order currency; defaults to everything left to refund.' },
     reason: { type: ['string', 'null'], minLength: 1, maxLength: 500, pattern: UNICODE_TEXT },
   },
+};
+
+const createSchemaV2: JsonSchema = {
+  ...createSchema,
+  properties: { ...(createSchema.properties as object), amount: moneyInputSchema('In the order\'s currency; defaults to everything left to refund.', MAX_REFUND_MINOR) },
 };
 
 const refundSchema: JsonSchema = {
@@ -48,6 +59,13 @@ const refundSchema: JsonSchema = {
   },
 };
 
+const refundSchemaV2: JsonSchema = {
+  ...refundSchema,
+  properties: Object.fromEntries(
+    Object.entries({ ...(refundSchema.properties as Record<string, JsonSchema>), amount: moneySchema }).filter(([k]) => k !== 'currency'),
+  ),
+};
+
 const operationSchema: JsonSchema = {
   type: 'object',
   properties: {
@@ -62,12 +80,13 @@ const operationSchema: JsonSchema = {
   },
 };
 
-export function renderRefund(r: RefundRecord): Record<string, unknown> {
+/** A refund as API version `v` writes it: minor units and a currency (v1), or a money object (v2). Links are v1's. */
+export function renderRefund(r: RefundRecord, v: ApiVersion = 'v1'): Record<string, unknown> {
+  const money = v === 'v1' ? { amount: r.amount, currency: r.currency } : { amount: renderMoney(r.amount, r.currency) };
   return {
     id: r.id,
     orderId: r.orderId,
-    amount: r.amount,
-    currency: r.currency,
+    ...money,
     reason: r.reason,
     status: r.status,
     failureReason: r.failureReason,
@@ -100,7 +119,7 @@ function operationOutcome(ctx: Ctx, op: OperationRecord, status: number): Outcom
   const out: Outcome = { status, render: () => renderOperation(op), cacheKey: op.id, tag: { version: op.version, variant: variantOf(undefined, new Set()) } };
   if (!finished(op)) out.headers = { 'retry-after': retryAfter(ctx) };
   if (status === 202) {
-    out.location = `${OPERATIONS}/${op.id}`;
+    out.location = versionPath(`${OPERATIONS}/${op.id}`, ctx.version);
     out.cache = 'no-store';
   }
   return out;
@@ -115,13 +134,14 @@ export const refundRoutes: RouteDef[] = [
     tag: 'refunds',
     scope: 'refunds:write',
     body: { schema: createSchema },
+    v2: { body: { schema: createSchemaV2 } },
     responses: {
       202: 'The operation processing the refund; Location names it, Retry-After says when to look.',
       ...problemResponses(409, 415, 422),
     },
     response: operationSchema,
     async handle(ctx) {
-      const body = ctx.body as { orderId: string; amount?: number; reason?: string | null };
+      const body = ctx.body as { orderId: string; amount?: number | Money; reason?: string | null };
       const orderId = parseId('order', body.orderId);
       if (!orderId) throw new ApiError('validation-failed', 'orderId names no order.', { errors: [{ pointer: '/orderId', detail: 'names no order' }] });
       const partition = partitionOf(orderId);
@@ -132,7 +152,7 @@ export const refundRoutes: RouteDef[] = [
         id: newId('refund', partition),
         orderId,
         operationId: newId('operation', partition),
-        amount: body.amount ?? null,
+        ...amountOf(body.amount),
         reason: body.reason ?? null,
       });
       return operationOutcome(ctx, op, 202);
@@ -152,13 +172,18 @@ export const refundRoutes: RouteDef[] = [
       fields: fieldsParam(REFUND_FIELDS),
       ...LIST_PARAMS,
     },
+    v2: {
+      query: { orderId: { description: 'Only the refunds of this order.', schema: { type: 'string', maxLength: 64 } }, sort: sortParam(REFUND_SORTS, '-createdAt'), fields: fieldsParam(REFUND_FIELDS_V2), ...LIST_PARAMS },
+      response: collectionSchema(refundSchemaV2),
+    },
     responses: { 200: 'A page of refunds.', ...problemResponses(400) },
     response: collectionSchema(refundSchema),
     handle(ctx) {
       const raw = ctx.query.get('orderId');
       const filter = raw === null ? undefined : parseId('order', raw);
       if (raw !== null && !filter) throw invalidParameter('orderId', 'is not an order id');
-      return plainListPage(ctx, { kind: 'refund.list', base: BASE, filter, sorts: REFUND_SORTS, fields: REFUND_FIELDS, stringSorts: [], render: renderRefund });
+      const v = ctx.version;
+      return plainListPage(ctx, { kind: 'refund.list', base: BASE, filter, sorts: REFUND_SORTS, fields: refundFields(v), stringSorts: [], render: (r: RefundRecord) => renderRefund(r, v), variant: apiVariant(v) });
     },
   }),
 
@@ -170,12 +195,14 @@ export const refundRoutes: RouteDef[] = [
     tag: 'refunds',
     scope: 'refunds:read',
     query: { fields: fieldsParam(REFUND_FIELDS) },
+    v2: { query: { fields: fieldsParam(REFUND_FIELDS_V2) }, response: refundSchemaV2 },
     responses: { 200: 'The refund.', 304: 'The tag in If-None-Match is current.', ...problemResponses(400, 404) },
     response: refundSchema,
     async handle(ctx) {
-      const fields = parseFields(ctx.query, REFUND_FIELDS);
+      const v = ctx.version;
+      const fields = parseFields(ctx.query, refundFields(v));
       const r = await ctx.bus.call({ kind: 'refund.get', ...target(ctx, idParam(ctx, 'refund', 'refundId', 'refund')) });
-      return { status: 200, render: () => project(renderRefund(r), fields, new Set()), cacheKey: r.id, tag: { version: r.version, variant: variantOf(fields, new Set()) } };
+      return { status: 200, render: () => project(renderRefund(r, v), fields, new Set()), cacheKey: r.id, tag: { version: r.version, variant: variantOf(fields, new Set(), apiVariant(v)) } };
     },
   }),
 
@@ -194,3 +221,10 @@ export const refundRoutes: RouteDef[] = [
     },
   }),
 ];
+
+/** The amount of a start: v1 minor units, or a v2 money object read in the currency it names (checked against the order's by the actor). */
+function amountOf(amount: number | Money | undefined): { amount: number | null; currency?: string } {
+  if (amount === undefined) return { amount: null };
+  if (typeof amount === 'number') return { amount };
+  return { amount: parseMoney(amount, amount.currency, '/amount', MAX_REFUND_MINOR), currency: amount.currency };
+}

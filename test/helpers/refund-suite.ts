@@ -141,4 +141,28 @@ export function registerRefundSuite(test: TestFn<SuiteContext>): void {
     t.is(list.json.data.length, 1, 'one refund for one key');
     assertProblem(t, await c.post('/v1/refunds', { ...body, amount: 701 }, key), 422, 'idempotency-key-reused');
   });
+
+  test('refunds in v2: the amount is a money object, read and written; the operation and its links stay in v2', async (t) => {
+    const c = await tenant(t, 'rf-v2');
+    const order = await paidOrder(t, c, 2);
+    assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '5.00', currency: 'USD' } }), 422, 'validation-failed', { pointer: '/amount/currency' });
+    assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '5.001', currency: 'EUR' } }), 422, 'validation-failed', { pointer: '/amount/amount' });
+    assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: 500 }), 422, 'validation-failed', { pointer: '/amount' });
+    const started = await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '5.50', currency: 'EUR' } });
+    t.is(started.status, 202, started.text);
+    t.regex(started.headers.location ?? '', /^\/v2\/operations\/op_/);
+    t.is(started.json._links.self.href, started.headers.location);
+    const done = await settle(t, c, started.headers.location!);
+    t.regex(done.json._links.result.href, /^\/v2\/refunds\/ref_/);
+    const v2 = await c.get(done.json._links.result.href);
+    t.deepEqual(v2.json.amount, { amount: '5.50', currency: 'EUR' });
+    t.false('currency' in v2.json, 'no top-level currency in v2');
+    t.is(v2.json._links.order.href, `/v2/orders/${order.id}`);
+    const v1 = await c.get(done.json._links.result.href.replace('/v2/', '/v1/'));
+    t.like(v1.json, { amount: 550, currency: 'EUR' });
+    t.not(v1.headers.etag, v2.headers.etag, 'the ETag differs per version');
+    const list = await c.get(`/v2/refunds?orderId=${order.id}`);
+    t.deepEqual(list.json.data[0].amount, { amount: '5.50', currency: 'EUR' });
+    assertProblem(t, await c.get(`/v2/refunds?orderId=${order.id}&fields=currency`), 400, 'invalid-parameter', { parameter: 'fields' });
+  });
 }

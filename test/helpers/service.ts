@@ -31,6 +31,8 @@ export interface RunningService {
   secret: string;
   /** Cluster mode: the nats-server every process talks to, for tests that take it away. */
   nats?: NatsServer;
+  /** Each gateway's operator-plane gRPC port (with ADMIN_GRPC_PORT set), in the order of `urls`. */
+  adminPorts: (number | undefined)[];
   close(): Promise<void>;
 }
 
@@ -81,6 +83,7 @@ export async function startEmbedded(env: Record<string, string> = {}, parts: Ser
     mode: 'embedded',
     url: service.url,
     urls: [service.url],
+    adminPorts: [service.adminPort],
     secret,
     async close() {
       await cleanup([() => service.close()]);
@@ -95,7 +98,7 @@ interface ActorNode {
 }
 
 /** Spawns `node dist/actors/main.js` and resolves once it prints that it is serving. */
-async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string, env: Record<string, string> = {}): Promise<ActorNode> {
+async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string, extraEnv: Record<string, string> = {}): Promise<ActorNode> {
   const child = spawn(process.execPath, [ACTOR_MAIN], {
     cwd: ROOT,
     env: {
@@ -105,7 +108,7 @@ async function startActorNode(natsUrl: string, nodeId: string, partitions: strin
       DATA_DIR: dataDir,
       ACTOR_PARTITIONS: partitions,
       LOG_LEVEL: 'warn',
-      ...env,
+      ...extraEnv,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -182,8 +185,14 @@ async function waitForOwners(url: string, secret: string): Promise<void> {
   }
 }
 
-/** `env` adds to the variables every gateway and actor node is configured from. */
-export async function startCluster(env: Record<string, string> = {}): Promise<RunningService> {
+/**
+ * `env` adds to every process's configuration (e.g. WEBHOOK_RETRY_SCHEDULE), except the
+ * gateway-only DEPRECATIONS_FILE and ADMIN_GRPC_* which only the gateways get; `actorEnv` adds to
+ * each actor node's, by node id (`e2e-low`, `e2e-high`).
+ */
+const GATEWAY_ONLY = new Set(['DEPRECATIONS_FILE', 'ADMIN_GRPC_PORT', 'ADMIN_GRPC_HOST']);
+
+export async function startCluster(env: Record<string, string> = {}, actorEnv: Record<string, Record<string, string>> = {}): Promise<RunningService> {
   const secret = newSecret();
   const dirs: string[] = [];
   const nodes: ActorNode[] = [];
@@ -203,9 +212,10 @@ export async function startCluster(env: Record<string, string> = {}): Promise<Ru
     const natsUrl = nats.url;
     const [lowDir, highDir, gatewayDir] = await Promise.all([tempDir('node-low'), tempDir('node-high'), tempDir('gateway')]);
     dirs.push(lowDir, highDir, gatewayDir);
+    const shared = Object.fromEntries(Object.entries(env).filter(([k]) => !GATEWAY_ONLY.has(k)));
     const started = await Promise.allSettled([
-      startActorNode(natsUrl, 'e2e-low', '0-127', lowDir, env),
-      startActorNode(natsUrl, 'e2e-high', '128-255', highDir, env),
+      startActorNode(natsUrl, 'e2e-low', '0-127', lowDir, { ...shared, ...actorEnv['e2e-low'] }),
+      startActorNode(natsUrl, 'e2e-high', '128-255', highDir, { ...shared, ...actorEnv['e2e-high'] }),
     ]);
     for (const s of started) if (s.status === 'fulfilled') nodes.push(s.value);
     const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
@@ -223,5 +233,5 @@ export async function startCluster(env: Record<string, string> = {}): Promise<Ru
   }
 
   const urls = gateways.map((g) => g.url);
-  return { mode: 'cluster', url: urls[0]!, urls, secret, nats, close: closeAll };
+  return { mode: 'cluster', url: urls[0]!, urls, adminPorts: gateways.map((g) => g.adminPort), secret, nats, close: closeAll };
 }

@@ -1,0 +1,91 @@
+// DEPRECATIONS_FILE: read at start (a bad file stops the process, naming the entry and field),
+// polled for changes afterwards (a bad new file is refused with a log line and the previous
+// entries stay), and rewritten atomically when the operator plane changes an entry, so every
+// other gateway watching the same file picks the change up.
+
+import { readFileSync, renameSync, unwatchFile, watchFile, writeFileSync, existsSync, openSync, fsyncSync, closeSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import type { Logger } from '../common/log.js';
+import { LifecycleError, type LifecycleEntry, type LifecycleRegistry } from './lifecycle.js';
+
+export class LifecycleFile {
+  private lastText: string | undefined;
+  private watching = false;
+
+  constructor(
+    readonly path: string,
+    private readonly registry: LifecycleRegistry,
+    private readonly log: Logger,
+  ) {}
+
+  /** Loads the file into the registry; throws a LifecycleError naming the file, entry and field. */
+  load(): void {
+    if (!existsSync(this.path)) throw new LifecycleError(`DEPRECATIONS_FILE ${this.path} does not exist (write [] into it for no entries)`);
+    const text = readFileSync(this.path, 'utf8');
+    this.apply(text);
+  }
+
+  /** Polls the file (a rename replaces the inode, which fs.watch would lose) and reloads on change. */
+  watch(intervalMs = 1000): void {
+    if (this.watching) return;
+    this.watching = true;
+    watchFile(this.path, { interval: intervalMs, persistent: false }, () => this.reload());
+  }
+
+  /** Re-reads the file; a refused file leaves the registry as it was. Returns whether it changed. */
+  reload(): boolean {
+    let text: string;
+    try {
+      text = readFileSync(this.path, 'utf8');
+    } catch (err) {
+      this.log.error({ file: this.path, err: (err as Error).message }, 'lifecycle file unreadable; keeping the previous entries');
+      return false;
+    }
+    if (text === this.lastText) return false;
+    try {
+      this.apply(text);
+      this.log.info({ file: this.path, entries: this.registry.entries().length }, 'lifecycle entries reloaded');
+      return true;
+    } catch (err) {
+      this.log.error({ file: this.path, err: (err as Error).message }, 'lifecycle file refused; keeping the previous entries');
+      // Not remembered: fixing the file back to the same text as before is still a change to load.
+      return false;
+    }
+  }
+
+  /** Writes the entries beside the file and renames over it: readers see the old or the new file, never half. */
+  write(entries: LifecycleEntry[]): void {
+    const text = `${JSON.stringify(entries, null, 2)}\n`;
+    const tmp = join(dirname(this.path), `.${basename(this.path)}.${process.pid}.tmp`);
+    writeFileSync(tmp, text);
+    const fd = openSync(tmp, 'r');
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, this.path);
+    this.lastText = text;
+  }
+
+  close(): void {
+    if (this.watching) unwatchFile(this.path);
+    this.watching = false;
+  }
+
+  private apply(text: string): void {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch (err) {
+      throw new LifecycleError(`DEPRECATIONS_FILE ${this.path} is not valid JSON: ${(err as Error).message}`);
+    }
+    try {
+      this.registry.replace(raw);
+    } catch (err) {
+      if (err instanceof LifecycleError) throw new LifecycleError(`DEPRECATIONS_FILE ${this.path}: ${err.message}`);
+      throw err;
+    }
+    this.lastText = text;
+  }
+}

@@ -1,0 +1,262 @@
+// The endpoint deprecation lifecycle (SPEC §3.4, §9.3; CONTRACT §9). Entries name a route
+// template and method; each is compiled once into its header values, so the per-request check
+// is one Map lookup by the matched route (no string building unless the successor names path
+// parameters) and a comparison of the clock against the brownout windows.
+//
+//   deprecated  → Deprecation: @<unix> (RFC 9745) + Link rel="deprecation" (+ rel="successor-version")
+//   sunsetting  → also Sunset: <HTTP-date> (RFC 8594)
+//   brownout    → a sunsetting or deprecated entry inside one of its windows: 410 `gone`
+//   retired     → 410 `gone`, naming the successor, with the same headers
+
+import { ApiError } from '../common/errors.js';
+import type { Principal } from './auth.js';
+import type { RouteDef } from './route.js';
+import type { Method } from './router.js';
+
+export type LifecycleState = 'deprecated' | 'sunsetting' | 'retired';
+/** What a caller meets now: the entry's state, or a brownout in progress. */
+export type EffectiveState = LifecycleState | 'brownout';
+
+export interface Brownout {
+  start: string;
+  end: string;
+}
+
+/** One entry of DEPRECATIONS_FILE, as written (CONTRACT §9). */
+export interface LifecycleEntry {
+  method: Method;
+  path: string;
+  state: LifecycleState;
+  deprecatedAt: string;
+  sunsetAt?: string;
+  successor?: string;
+  guide?: string;
+  brownouts?: Brownout[];
+}
+
+/** A refused entry: the message names the entry (index, method and path) and the field. */
+export class LifecycleError extends Error {}
+
+const METHODS: readonly string[] = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
+const STATES: readonly string[] = ['deprecated', 'sunsetting', 'retired'];
+const FIELDS = new Set(['method', 'path', 'state', 'deprecatedAt', 'sunsetAt', 'successor', 'guide', 'brownouts']);
+// RFC 3339 date-time with a zone; Date.parse alone accepts too much ("2026", "May 1").
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i;
+// A link target: an absolute http(s) URI or an absolute path, no whitespace, quotes or angle brackets.
+const LINK_TARGET = /^(https?:\/\/[^\s<>"]+|\/[^\s<>"]*)$/;
+const MAX_BROWNOUTS = 100;
+const MAX_ENTRIES = 1000;
+
+function timeOf(where: string, field: string, v: unknown): number {
+  if (typeof v !== 'string' || !RFC3339.test(v) || Number.isNaN(Date.parse(v))) {
+    throw new LifecycleError(`${where}: ${field} must be an RFC 3339 date-time such as 2026-05-01T00:00:00Z, got ${JSON.stringify(v)}`);
+  }
+  return Date.parse(v);
+}
+
+function linkOf(where: string, field: string, v: unknown): string | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string' || v.length > 2000 || !LINK_TARGET.test(v)) {
+    throw new LifecycleError(`${where}: ${field} must be an absolute path or an http(s) URL, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/**
+ * Checks a whole file's worth of entries against the routes the service has; the first problem
+ * is thrown as a LifecycleError naming the entry and the field.
+ */
+export function parseEntries(raw: unknown, routes: readonly RouteDef[]): LifecycleEntry[] {
+  const list = Array.isArray(raw) ? raw : raw !== null && typeof raw === 'object' && Array.isArray((raw as { entries?: unknown }).entries) ? (raw as { entries: unknown[] }).entries : undefined;
+  if (!list) throw new LifecycleError('the lifecycle file must hold a JSON array of entries (or { "entries": [...] })');
+  if (list.length > MAX_ENTRIES) throw new LifecycleError(`at most ${MAX_ENTRIES} entries, got ${list.length}`);
+  const known = new Set(routes.map((r) => `${r.method} ${r.path}`));
+  const seen = new Set<string>();
+  return list.map((e: unknown, i) => {
+    let where = `entry ${i}`;
+    if (e === null || typeof e !== 'object' || Array.isArray(e)) throw new LifecycleError(`${where}: must be an object`);
+    const o = e as Record<string, unknown>;
+    if (typeof o.method !== 'string' || !METHODS.includes(o.method)) throw new LifecycleError(`${where}: method must be one of ${METHODS.join(', ')}, got ${JSON.stringify(o.method)}`);
+    if (typeof o.path !== 'string') throw new LifecycleError(`${where}: path must be a route template such as "/v1/orders/{orderId}"`);
+    where = `entry ${i} (${o.method} ${o.path})`;
+    for (const k of Object.keys(o)) if (!FIELDS.has(k)) throw new LifecycleError(`${where}: unknown field '${k}'`);
+    if (!known.has(`${o.method} ${o.path}`)) throw new LifecycleError(`${where}: path names no ${o.method} route of this service`);
+    if (seen.has(`${o.method} ${o.path}`)) throw new LifecycleError(`${where}: a second entry for the same route`);
+    seen.add(`${o.method} ${o.path}`);
+    if (typeof o.state !== 'string' || !STATES.includes(o.state)) throw new LifecycleError(`${where}: state must be one of ${STATES.join(', ')}, got ${JSON.stringify(o.state)}`);
+    const deprecatedAt = timeOf(where, 'deprecatedAt', o.deprecatedAt);
+    if (o.sunsetAt !== undefined) {
+      const sunsetAt = timeOf(where, 'sunsetAt', o.sunsetAt);
+      if (sunsetAt < deprecatedAt) throw new LifecycleError(`${where}: sunsetAt must not be before deprecatedAt`);
+    } else if (o.state === 'sunsetting') {
+      throw new LifecycleError(`${where}: sunsetAt is required for state sunsetting`);
+    }
+    linkOf(where, 'successor', o.successor);
+    linkOf(where, 'guide', o.guide);
+    if (o.brownouts !== undefined) {
+      if (!Array.isArray(o.brownouts) || o.brownouts.length > MAX_BROWNOUTS) throw new LifecycleError(`${where}: brownouts must be an array of at most ${MAX_BROWNOUTS} { start, end } windows`);
+      o.brownouts.forEach((b: unknown, j) => {
+        const at = `${where}: brownouts[${j}]`;
+        if (b === null || typeof b !== 'object') throw new LifecycleError(`${at} must be an object { start, end }`);
+        const w = b as Record<string, unknown>;
+        for (const k of Object.keys(w)) if (k !== 'start' && k !== 'end') throw new LifecycleError(`${at}: unknown field '${k}'`);
+        if (timeOf(at, 'end', w.end) <= timeOf(at, 'start', w.start)) throw new LifecycleError(`${at}: end must be after start`);
+      });
+    }
+    const entry: LifecycleEntry = { method: o.method as Method, path: o.path, state: o.state as LifecycleState, deprecatedAt: o.deprecatedAt as string };
+    if (o.sunsetAt !== undefined) entry.sunsetAt = o.sunsetAt as string;
+    if (o.successor !== undefined) entry.successor = o.successor as string;
+    if (o.guide !== undefined) entry.guide = o.guide as string;
+    if (o.brownouts !== undefined) entry.brownouts = (o.brownouts as Brownout[]).map((b) => ({ start: b.start, end: b.end }));
+    return entry;
+  });
+}
+
+/** An entry ready for the hot path. */
+export interface Compiled {
+  entry: LifecycleEntry;
+  /** `METHOD path`: what usage is counted under. */
+  key: string;
+  /** The answer for a live state when Link does not depend on the request: no allocation per request. */
+  fixed: LifecycleCheck;
+  /** The Link value when the successor has no path parameters to fill. */
+  link: string | undefined;
+  /** The successor template split on its parameters, when it has some. */
+  successorParts: string[] | undefined;
+  /** What goes before the filled-in successor in Link (the guide's link, if any). */
+  linkPrefix: string;
+  brownouts: [number, number][];
+}
+
+function compile(entry: LifecycleEntry): Compiled {
+  const deprecation = `@${Math.floor(Date.parse(entry.deprecatedAt) / 1000)}`;
+  // Sunset is sent once a date is set (sunsetting, and retired with a date), per RFC 8594 §3.
+  const sunset = entry.sunsetAt !== undefined && entry.state !== 'deprecated' ? new Date(Date.parse(entry.sunsetAt)).toUTCString() : undefined;
+  const successorParts = entry.successor?.includes('{') ? entry.successor.split(/\{(\w+)\}/) : undefined;
+  const link = successorParts ? undefined : linkValue(entry.guide, entry.successor);
+  return {
+    entry,
+    key: `${entry.method} ${entry.path}`,
+    fixed: { deprecation, sunset, link, gone: undefined },
+    link,
+    successorParts,
+    linkPrefix: entry.guide !== undefined ? `<${entry.guide}>; rel="deprecation", <` : '<',
+    brownouts: (entry.brownouts ?? []).map((b) => [Date.parse(b.start), Date.parse(b.end)]),
+  };
+}
+
+function linkValue(guide: string | undefined, successor: string | undefined): string | undefined {
+  const parts: string[] = [];
+  if (guide !== undefined) parts.push(`<${guide}>; rel="deprecation"`);
+  if (successor !== undefined) parts.push(`<${successor}>; rel="successor-version"`);
+  return parts.length ? parts.join(', ') : undefined;
+}
+
+/** The effective state at `now`: a brownout window turns a live entry into 410s for its length. */
+export function stateAt(c: Compiled, now: number): EffectiveState {
+  if (c.entry.state === 'retired') return 'retired';
+  for (const [start, end] of c.brownouts) if (now >= start && now < end) return 'brownout';
+  return c.entry.state;
+}
+
+/** What the pipeline does for one request on a non-active route. */
+export interface LifecycleCheck {
+  // Three named members, not a header map: the pipeline copies them onto every answer, and a
+  // fixed shape keeps that (and this object) cheap on the hot path.
+  deprecation: string;
+  sunset: string | undefined;
+  link: string | undefined;
+  /** Set in a brownout and once retired: the 410 to answer instead of running the route. */
+  gone: ApiError | undefined;
+}
+
+/** Counts calls to non-active routes (gateway/usage.ts). */
+export interface UsageSink {
+  count(key: string, principal: string, now: number): void;
+}
+
+export class LifecycleRegistry {
+  private byRoute = new Map<RouteDef, Compiled>();
+  private current: LifecycleEntry[] = [];
+  private routes: readonly RouteDef[] = [];
+  private version = 0;
+
+  constructor(
+    readonly now: () => number = Date.now,
+    private usage?: UsageSink,
+  ) {}
+
+  /** The routes entries are checked against and looked up by; call before `replace`. */
+  bind(routes: readonly RouteDef[]): void {
+    this.routes = routes;
+    this.replace(this.current);
+  }
+
+  countInto(usage: UsageSink): void {
+    this.usage = usage;
+  }
+
+  /** Validates and swaps in a whole new set of entries; throws LifecycleError and keeps the old set. */
+  replace(raw: unknown): void {
+    const entries = parseEntries(raw, this.routes);
+    const byKey = new Map(entries.map((e) => [`${e.method} ${e.path}`, compile(e)]));
+    const byRoute = new Map<RouteDef, Compiled>();
+    for (const r of this.routes) {
+      const c = byKey.get(`${r.method} ${r.path}`);
+      if (c) byRoute.set(r, c);
+    }
+    this.byRoute = byRoute;
+    this.current = entries;
+    this.version++;
+  }
+
+  entries(): LifecycleEntry[] {
+    return this.current.map((e) => structuredClone(e));
+  }
+
+  /** Bumped on every change; a cached rendering of the schedule is keyed on it. */
+  get revision(): number {
+    return this.version;
+  }
+
+  compiled(): Compiled[] {
+    return [...new Set(this.byRoute.values())];
+  }
+
+  /** Undefined for an active route: the common case costs one Map miss. */
+  check(route: RouteDef, params: Record<string, string>, principal: Principal | undefined): LifecycleCheck | undefined {
+    const c = this.byRoute.get(route);
+    if (!c) return undefined;
+    const now = this.now();
+    this.usage?.count(c.key, principal?.sub ?? 'anonymous', now);
+    let successor = c.entry.successor;
+    let check = c.fixed;
+    if (c.successorParts) {
+      successor = fill(c.successorParts, params);
+      check = { deprecation: check.deprecation, sunset: check.sunset, link: `${c.linkPrefix}${successor}>; rel="successor-version"`, gone: undefined };
+    }
+    const state = stateAt(c, now);
+    if (state !== 'retired' && state !== 'brownout') return check;
+    const why = state === 'retired' ? 'This endpoint is retired.' : 'This endpoint is in a scheduled brownout ahead of its retirement.';
+    const detail = successor ? `${why} Use ${successor} instead.` : why;
+    const members: Record<string, unknown> = { lifecycle: state };
+    if (successor) members.successor = successor;
+    if (c.entry.guide) members.guide = c.entry.guide;
+    return { ...check, gone: new ApiError('gone', detail, { headers: lifecycleHeaders(check), members }) };
+  }
+}
+
+/** The check's fields as response headers. */
+export function lifecycleHeaders(check: LifecycleCheck): Record<string, string> {
+  const headers: Record<string, string> = { deprecation: check.deprecation };
+  if (check.sunset !== undefined) headers.sunset = check.sunset;
+  if (check.link !== undefined) headers.link = check.link;
+  return headers;
+}
+
+/** The successor template with the request's path parameters put in. */
+function fill(parts: string[], params: Record<string, string>): string {
+  let out = '';
+  for (let i = 0; i < parts.length; i++) out += i % 2 === 0 ? parts[i]! : encodeURIComponent(params[parts[i]!] ?? `{${parts[i]!}}`);
+  return out;
+}

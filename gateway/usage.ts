@@ -1,0 +1,155 @@
+// Counting calls to non-active routes without slowing them (issue 6 §4): the hot path adds one
+// to a Map entry; once a second (and at shutdown) the counts go to the owner of each route's
+// partition as one `usage.add` per partition, where actors/usage.ts sums them durably. In
+// cluster mode every gateway flushes to the same owner, so the sums cover the whole cluster.
+
+import type { Bus } from '../common/bus.js';
+import { partitionFor } from '../common/ids.js';
+import type { Logger } from '../common/log.js';
+import type { UsageCount, UsageRow } from '../proto/messages.js';
+import type { UsageSink } from './lifecycle.js';
+
+const DAY_MS = 86_400_000;
+/** Most distinct (route, day, principal) counts held between flushes; past it, new principals share one. */
+const MAX_PENDING = 50_000;
+const OVERFLOW = '(others)';
+
+export class UsageCounter implements UsageSink {
+  // Today's counts by route, then by principal: the hot path builds no key string. A day that
+  // ends before a flush moves whole to `earlier`.
+  private today = new Map<string, Map<string, number>>();
+  private earlier: UsageCount[] = [];
+  private size = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private flushing: Promise<void> | undefined;
+  private day = { start: 0, end: 0, name: '' };
+
+  constructor(
+    private readonly bus: Bus,
+    private readonly log: Logger,
+  ) {}
+
+  count(route: string, principal: string, now: number): void {
+    if (now < this.day.start || now >= this.day.end) this.turnDay(now);
+    let byPrincipal = this.today.get(route);
+    if (!byPrincipal) this.today.set(route, (byPrincipal = new Map()));
+    const n = byPrincipal.get(principal);
+    if (n !== undefined) byPrincipal.set(principal, n + 1);
+    else if (this.size < MAX_PENDING) {
+      byPrincipal.set(principal, 1);
+      this.size++;
+    } else byPrincipal.set(OVERFLOW, (byPrincipal.get(OVERFLOW) ?? 0) + 1);
+  }
+
+  start(intervalMs = 1000): void {
+    this.timer ??= setInterval(() => void this.flush(), intervalMs).unref();
+  }
+
+  /** Sends what was counted; counts a failed send could not deliver are kept for the next flush. */
+  flush(): Promise<void> {
+    this.flushing ??= this.send().finally(() => (this.flushing = undefined));
+    return this.flushing;
+  }
+
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.flushing;
+    await this.flush();
+  }
+
+  private turnDay(now: number): void {
+    this.earlier.push(...this.drainToday());
+    const start = now - (now % DAY_MS);
+    this.day = { start, end: start + DAY_MS, name: new Date(start).toISOString().slice(0, 10) };
+  }
+
+  private drainToday(): UsageCount[] {
+    const out: UsageCount[] = [];
+    for (const [route, byPrincipal] of this.today) for (const [principal, n] of byPrincipal) out.push({ route, day: this.day.name, principal, n });
+    this.today = new Map();
+    this.size = 0;
+    return out;
+  }
+
+  private async send(): Promise<void> {
+    // Counts kept from failed flushes merge with new ones: however long the owner is away, this
+    // holds one entry per (route, day, principal).
+    const merged = new Map<string, UsageCount>();
+    for (const c of [...this.earlier, ...this.drainToday()]) {
+      const key = `${c.route}\u0000${c.day}\u0000${c.principal}`;
+      const seen = merged.get(key);
+      if (seen) seen.n += c.n;
+      else merged.set(key, { ...c });
+    }
+    this.earlier = [];
+    const batch = [...merged.values()];
+    if (batch.length === 0) return;
+    const byPartition = new Map<number, UsageCount[]>();
+    for (const c of batch) {
+      const p = partitionFor(c.route);
+      let list = byPartition.get(p);
+      if (!list) byPartition.set(p, (list = []));
+      list.push(c);
+    }
+    await Promise.all(
+      [...byPartition].map(async ([partition, counts]) => {
+        const r = await this.bus.send({ kind: 'usage.add', tenant: '', partition, counts }).catch((err: unknown) => ({ ok: false as const, error: { code: 'unavailable' as const, detail: String(err) } }));
+        if (r.ok) return;
+        // Kept for the next flush (the owner sums repeats). A send that timed out may still have
+        // been applied, so a count can come out high, never low: retirement is gated on traffic,
+        // and errs on the safe side.
+        this.log.warn({ partition, detail: r.error.detail }, 'usage counts not flushed; retrying');
+        this.earlier.push(...counts);
+      }),
+    );
+  }
+}
+
+export interface TopCaller {
+  principal: string;
+  count: number;
+  lastDay: string;
+}
+
+export interface RouteUsage {
+  route: string;
+  total: number;
+  callers: TopCaller[];
+}
+
+/** Sums per route and principal over every owner's rows, busiest first, `top` callers per route. */
+export function summarize(rows: UsageRow[], top: number): RouteUsage[] {
+  const routes = new Map<string, Map<string, TopCaller>>();
+  for (const r of rows) {
+    let callers = routes.get(r.route);
+    if (!callers) routes.set(r.route, (callers = new Map()));
+    const c = callers.get(r.principal);
+    if (c) {
+      c.count += r.count;
+      if (r.day > c.lastDay) c.lastDay = r.day;
+    } else {
+      callers.set(r.principal, { principal: r.principal, count: r.count, lastDay: r.day });
+    }
+  }
+  const out: RouteUsage[] = [];
+  for (const [route, callers] of routes) {
+    const all = [...callers.values()].sort((a, b) => b.count - a.count || a.principal.localeCompare(b.principal));
+    out.push({ route, total: all.reduce((n, c) => n + c.count, 0), callers: all.slice(0, top) });
+  }
+  return out.sort((a, b) => b.total - a.total || a.route.localeCompare(b.route));
+}
+
+/** Residual traffic, cluster-wide: every owner node's rows, summed. */
+export async function readUsage(bus: Bus, opts: { route?: string; since?: string; top: number }): Promise<RouteUsage[]> {
+  const q: { kind: 'usage.read'; route?: string; since?: string } = { kind: 'usage.read' };
+  if (opts.route !== undefined) q.route = opts.route;
+  if (opts.since !== undefined) q.since = opts.since;
+  const results = await bus.scatter(q);
+  const rows: UsageRow[] = [];
+  for (const r of results) {
+    if (!r.ok) throw new Error(`usage could not be read: ${r.error.detail}`);
+    rows.push(...(r.value as UsageRow[]));
+  }
+  return summarize(rows, opts.top);
+}

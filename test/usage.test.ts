@@ -1,0 +1,121 @@
+// Residual traffic (SPEC §9.3): calls to non-active routes counted per principal and per day,
+// summed durably at the owner of the route's partition, surviving a restart of the host.
+
+import { join } from 'node:path';
+import anyTest, { type TestFn } from 'ava';
+import { loadConfig } from '../common/config.js';
+import { PARTITIONS } from '../common/ids.js';
+import { LocalBus } from '../common/local-bus.js';
+import { ActorHost } from '../actors/host.js';
+import { allRoutes } from '../gateway/app.js';
+import { Authenticator } from '../gateway/auth.js';
+import { BusClient } from '../gateway/bus-client.js';
+import { LifecycleRegistry } from '../gateway/lifecycle.js';
+import { createGateway } from '../gateway/pipeline.js';
+import { UsageCounter, readUsage, summarize } from '../gateway/usage.js';
+import { answerOf, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
+
+const test = anyTest as TestFn<{ dir: string }>;
+const SECRET = 'usage-test-secret-0123456789abcdef';
+const ROUTE = 'GET /v1/orders/{orderId}';
+const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+
+test.before(async (t) => {
+  t.context = { dir: await tempDir('usage') };
+});
+
+test.after.always(async (t) => {
+  await removeDir(t.context.dir);
+});
+
+test('calls to a deprecated route are counted per principal and per day, durably', async (t) => {
+  const dataDir = join(t.context.dir, 'actors');
+  const log = silentLog();
+  let host = new ActorHost({ dataDir, partitions: ALL, mailboxLimit: 1000, log });
+  let bus = new LocalBus(host, 5000);
+  const clock = { now: Date.parse('2026-03-01T23:59:59Z') };
+  const usage = new UsageCounter(bus, log);
+  const registry = new LifecycleRegistry(() => clock.now, usage);
+  const routes = allRoutes({}, registry);
+  registry.bind(routes);
+  registry.replace([{ method: 'GET', path: '/v1/orders/{orderId}', state: 'deprecated', deprecatedAt: '2026-01-01T00:00:00Z' }]);
+  const gateway = createGateway({ routes, auth: new Authenticator(SECRET), bus: new BusClient(bus), config: loadConfig({ PORT: '0', DATA_DIR: t.context.dir }), log, lifecycle: registry });
+  const get = async (sub: string | undefined, path = '/v1/orders/ord_ff00000000000000000000'): Promise<number> => {
+    const headers: Record<string, string> = sub ? { authorization: `Bearer ${await token(SECRET, 'orders:read', { sub, tenant: 't1' })}` } : {};
+    return answerOf(await gateway.handle(toRequest({ method: 'GET', path, headers }))).status;
+  };
+  // Counted whatever the answer: 404 for alice, 401 for nobody.
+  for (let i = 0; i < 3; i++) t.is(await get('alice'), 404);
+  t.is(await get('bob'), 404);
+  t.is(await get(undefined), 401);
+  clock.now += 2000; // past midnight: a new day
+  t.is(await get('alice'), 404);
+  // Active routes are not counted.
+  t.is(await get('carol', '/v2/orders/ord_ff00000000000000000000'), 404);
+  await usage.close();
+  gateway.close();
+  await bus.close();
+  await host.close();
+
+  host = new ActorHost({ dataDir, partitions: ALL, mailboxLimit: 1000, log });
+  bus = new LocalBus(host, 5000);
+  try {
+    const [route, ...others] = await readUsage(bus, { top: 10 });
+    t.is(others.length, 0);
+    t.is(route!.route, ROUTE);
+    t.is(route!.total, 6);
+    t.deepEqual(route!.callers, [
+      { principal: 'alice', count: 4, lastDay: '2026-03-02' },
+      { principal: 'anonymous', count: 1, lastDay: '2026-03-01' },
+      { principal: 'bob', count: 1, lastDay: '2026-03-01' },
+    ]);
+    const since = await readUsage(bus, { route: ROUTE, since: '2026-03-02', top: 10 });
+    t.deepEqual(since[0]!.callers, [{ principal: 'alice', count: 1, lastDay: '2026-03-02' }]);
+    t.deepEqual(await readUsage(bus, { route: 'GET /v1/orders', top: 10 }), []);
+  } finally {
+    await bus.close();
+    await host.close();
+  }
+});
+
+test('flushes from several gateways add up at the owner', async (t) => {
+  const log = silentLog();
+  const host = new ActorHost({ dataDir: join(t.context.dir, 'many'), partitions: ALL, mailboxLimit: 1000, log });
+  const bus = new LocalBus(host, 5000);
+  try {
+    const a = new UsageCounter(bus, log);
+    const b = new UsageCounter(bus, log);
+    const now = Date.parse('2026-05-01T10:00:00Z');
+    for (let i = 0; i < 1000; i++) a.count(ROUTE, `p${i % 7}`, now);
+    for (let i = 0; i < 500; i++) b.count(ROUTE, 'p0', now);
+    b.count('POST /v1/orders', 'p1', now);
+    await Promise.all([a.flush(), b.flush(), a.flush()]);
+    a.count(ROUTE, 'p0', now);
+    await a.close();
+    await b.close();
+    const read = await readUsage(bus, { top: 2 });
+    t.is(read[0]!.route, ROUTE);
+    t.is(read[0]!.total, 1501);
+    t.deepEqual(read[0]!.callers.map((c) => [c.principal, c.count]), [['p0', 143 + 500 + 1], ['p1', 143]]);
+    t.is(read[1]!.total, 1);
+  } finally {
+    await bus.close();
+    await host.close();
+  }
+});
+
+test('summaries put the busiest route and caller first', (t) => {
+  const s = summarize(
+    [
+      { route: 'B', day: '2026-01-01', principal: 'x', count: 1 },
+      { route: 'A', day: '2026-01-01', principal: 'y', count: 2 },
+      { route: 'A', day: '2026-01-02', principal: 'y', count: 3 },
+      { route: 'A', day: '2026-01-01', principal: 'z', count: 4 },
+    ],
+    1,
+  );
+  t.deepEqual(s, [
+    { route: 'A', total: 9, callers: [{ principal: 'y', count: 5, lastDay: '2026-01-02' }] },
+    { route: 'B', total: 1, callers: [{ principal: 'x', count: 1, lastDay: '2026-01-01' }] },
+  ]);
+});

@@ -1,0 +1,206 @@
+// /v2 beside /v1 (CONTRACT §9): one order, two renderings. Money is a decimal string object in
+// v2, keyed on the currency's minor unit; everything else, links aside, is the same. In process,
+// through the whole pipeline.
+
+import { join } from 'node:path';
+import anyTest, { type ExecutionContext, type TestFn } from 'ava';
+import { loadConfig } from '../common/config.js';
+import { PARTITIONS } from '../common/ids.js';
+import { LocalBus } from '../common/local-bus.js';
+import { ActorHost } from '../actors/host.js';
+import { allRoutes } from '../gateway/app.js';
+import { Authenticator } from '../gateway/auth.js';
+import { BusClient } from '../gateway/bus-client.js';
+import { renderMoney } from '../gateway/money.js';
+import { renderEventData } from '../gateway/resources/event-data.js';
+import type { EventRecord } from '../proto/webhooks.js';
+
+function orderEvent(o: OrderRecord): EventRecord {
+  return { id: 'evt_test', tenant: o.tenant, version: 1, type: 'order.created', resource: 'order', created: o.createdAt, data: o };
+}
+import { partitionOf } from '../common/ids.js';
+import type { OrderRecord } from '../proto/messages.js';
+import { createGateway, type Gateway } from '../gateway/pipeline.js';
+import { ALL_SCOPES, type Answer, type Call, answerOf, assertProblem, freshTenant, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
+
+interface Context {
+  dir: string;
+  host: ActorHost;
+  gateway: Gateway;
+  tok: string;
+  tenant: string;
+  call(c: Call): Promise<Answer>;
+}
+
+const test = anyTest as TestFn<Context>;
+const SECRET = 'versions-test-secret-0123456789abcdef';
+
+test.before(async (t) => {
+  const dir = await tempDir('versions');
+  const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0' });
+  const log = silentLog();
+  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log });
+  const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log });
+  const tenant = freshTenant('versions');
+  t.context = {
+    dir,
+    host,
+    gateway,
+    tenant,
+    tok: await token(SECRET, ALL_SCOPES, { tenant }),
+    async call(c) {
+      return answerOf(await gateway.handle(toRequest(c)));
+    },
+  };
+});
+
+test.after.always(async (t) => {
+  t.context.gateway?.close();
+  await t.context.host?.close();
+  await removeDir(t.context.dir);
+});
+
+// Tests read many response shapes; the members they touch are asserted, not assumed.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const j = (a: Answer): any => a.json();
+
+const send = (t: { context: Context }, method: Call['method'], path: string, body?: object, headers: Record<string, string> = {}): Promise<Answer> =>
+  t.context.call({ method, path, headers: { authorization: `Bearer ${t.context.tok}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers }, ...(body === undefined ? {} : { body }) });
+
+async function product(t: ExecutionContext<Context>, price: number, currency: string): Promise<string> {
+  const a = await send(t, 'POST', '/v1/products', { name: 'Widget', price, currency });
+  t.is(a.status, 201, a.text);
+  return a.json().id as string;
+}
+
+test('money renders by the currency minor unit (ISO 4217)', (t) => {
+  t.deepEqual(renderMoney(1999, 'EUR'), { amount: '19.99', currency: 'EUR' });
+  t.deepEqual(renderMoney(5, 'EUR'), { amount: '0.05', currency: 'EUR' });
+  t.deepEqual(renderMoney(0, 'USD'), { amount: '0.00', currency: 'USD' });
+  t.deepEqual(renderMoney(1999, 'JPY'), { amount: '1999', currency: 'JPY' });
+  t.deepEqual(renderMoney(1250, 'KWD'), { amount: '1.250', currency: 'KWD' });
+  t.deepEqual(renderMoney(7, 'BHD'), { amount: '0.007', currency: 'BHD' });
+  t.deepEqual(renderMoney(-150, 'EUR'), { amount: '-1.50', currency: 'EUR' });
+});
+
+test('one order, two renderings: v1 minor units beside currency, v2 money objects', async (t) => {
+  const prd = await product(t, 1999, 'EUR');
+  const created = await send(t, 'POST', '/v1/orders', { currency: 'EUR', items: [{ productId: prd, quantity: 2 }] });
+  t.is(created.status, 201);
+  const id = j(created).id as string;
+
+  const v1 = await send(t, 'GET', `/v1/orders/${id}`, undefined, { 'accept-encoding': 'identity' });
+  const v2 = await send(t, 'GET', `/v2/orders/${id}`);
+  t.is(v1.status, 200);
+  t.is(v2.status, 200);
+  t.is(j(v1).total, 3998);
+  t.is(j(v1).currency, 'EUR');
+  t.deepEqual(j(v2).total, { amount: '39.98', currency: 'EUR' });
+  t.false('currency' in j(v2));
+  t.is(j(v2).status, j(v1).status);
+  t.is(j(v2).createdAt, j(v1).createdAt);
+  t.is(j(v2)._links.self.href, `/v2/orders/${id}`);
+  t.is(j(v2)._links.items.href, `/v2/orders/${id}/items`);
+  t.is(j(v1)._links.self.href, `/v1/orders/${id}`);
+  // One record, two representations: the tags differ, and each revalidates on its own.
+  t.not(v1.headers.etag, v2.headers.etag);
+  t.is((await send(t, 'GET', `/v2/orders/${id}`, undefined, { 'if-none-match': v2.headers.etag! })).status, 304);
+  t.is((await send(t, 'GET', `/v2/orders/${id}`, undefined, { 'if-none-match': v1.headers.etag! })).status, 200);
+
+  const expanded = await send(t, 'GET', `/v2/orders/${id}`, undefined, { accept: 'application/json' });
+  t.is(expanded.status, 200);
+  const withItems = await t.context.call({ method: 'GET', path: `/v2/orders/${id}`, query: 'expand=items.product', headers: { authorization: `Bearer ${t.context.tok}` } });
+  const item = j(withItems).items[0];
+  t.deepEqual(item.unitPrice, { amount: '19.99', currency: 'EUR' });
+  t.is(item._links.product.href, `/v2/products/${prd}`);
+  t.is(item.product._links.self.href, `/v2/products/${prd}`);
+
+  const items = await send(t, 'GET', `/v2/orders/${id}/items`);
+  t.deepEqual(j(items).data[0].unitPrice, { amount: '19.99', currency: 'EUR' });
+  t.is(j(items)._links.self.href, `/v2/orders/${id}/items`);
+  const one = await send(t, 'GET', `/v1/orders/${id}/items/${item.id as string}`);
+  t.is(j(one).unitPrice, 1999);
+
+  const list = await send(t, 'GET', '/v2/orders');
+  const listed = j(list).data.find((o: { id: string }) => o.id === id);
+  t.deepEqual(listed.total, { amount: '39.98', currency: 'EUR' });
+  t.regex(j(list)._links.self.href, /^\/v2\/orders/);
+});
+
+test('v2 writes money as a money object in the order currency', async (t) => {
+  const prd = await product(t, 100, 'JPY');
+  const created = await send(t, 'POST', '/v2/orders', { currency: 'KWD', items: [{ productId: prd, quantity: 3, unitPrice: { amount: '1.25', currency: 'KWD' } }] });
+  t.is(created.status, 201, created.text);
+  t.deepEqual(j(created).total, { amount: '3.750', currency: 'KWD' });
+  t.regex(created.headers.location ?? '', /^\/v2\/orders\/ord_/);
+  const id = j(created).id as string;
+  t.is((await send(t, 'GET', `/v1/orders/${id}`)).json().total, 3750);
+
+  const added = await send(t, 'POST', `/v2/orders/${id}/items`, { productId: prd, quantity: 1, unitPrice: { amount: '0.005', currency: 'KWD' } });
+  t.is(added.status, 201, added.text);
+  t.deepEqual(j(added).unitPrice, { amount: '0.005', currency: 'KWD' });
+
+  // Too many decimals for the currency, another currency, or v1's integer: 422 naming the member.
+  const tooFine = await send(t, 'POST', `/v2/orders/${id}/items`, { productId: prd, quantity: 1, unitPrice: { amount: '0.0001', currency: 'KWD' } });
+  t.is(assertProblem(t, tooFine, 422, 'validation-failed').errors?.[0]?.pointer, '/unitPrice/amount');
+  const other = await send(t, 'POST', `/v2/orders/${id}/items`, { productId: prd, quantity: 1, unitPrice: { amount: '1', currency: 'JPY' } });
+  t.is(assertProblem(t, other, 422, 'validation-failed').errors?.[0]?.pointer, '/unitPrice/currency');
+  assertProblem(t, await send(t, 'POST', `/v2/orders/${id}/items`, { productId: prd, quantity: 1, unitPrice: 5 }), 422, 'validation-failed');
+  // and v1 still takes minor units, not objects
+  assertProblem(t, await send(t, 'POST', `/v1/orders/${id}/items`, { productId: prd, quantity: 1, unitPrice: { amount: '1', currency: 'KWD' } }), 422, 'validation-failed');
+
+  const yen = await send(t, 'POST', '/v2/orders', { currency: 'JPY', items: [{ productId: prd, quantity: 2 }] });
+  t.deepEqual(j(yen).total, { amount: '200', currency: 'JPY' });
+});
+
+test('v2 has no top-level currency field to ask for; v1 keeps it', async (t) => {
+  const created = await send(t, 'POST', '/v1/orders', { currency: 'EUR' });
+  const id = j(created).id as string;
+  const bad = await t.context.call({ method: 'GET', path: `/v2/orders/${id}`, query: 'fields=currency', headers: { authorization: `Bearer ${t.context.tok}` } });
+  assertProblem(t, bad, 400, 'invalid-parameter');
+  const good = await t.context.call({ method: 'GET', path: `/v1/orders/${id}`, query: 'fields=currency', headers: { authorization: `Bearer ${t.context.tok}` } });
+  t.is(j(good).currency, 'EUR');
+});
+
+test('every other resource answers the same under /v2, with links under /v2', async (t) => {
+  const prd = await product(t, 500, 'EUR');
+  const v2 = await send(t, 'GET', `/v2/products/${prd}`);
+  t.is(v2.status, 200);
+  t.is(j(v2).price, 500);
+  t.is(j(v2)._links.self.href, `/v2/products/${prd}`);
+  const page = await send(t, 'GET', '/v2/products');
+  t.is(j(page)._links.self.href.startsWith('/v2/products'), true);
+  t.true(j(page).data.every((p: { _links: { self: { href: string } } }) => p._links.self.href.startsWith('/v2/')));
+});
+
+test('discovery: GET / links to each version; each version has a root and an OpenAPI document', async (t) => {
+  const root = await t.context.call({ method: 'GET', path: '/' });
+  t.is(j(root)._links.v1.href, '/v1');
+  t.is(j(root)._links.v2.href, '/v2');
+  const v2root = await t.context.call({ method: 'GET', path: '/v2' });
+  t.is(j(v2root)._links.orders.href, '/v2/orders');
+  t.is(j(v2root)._links.openapi.href, '/v2/openapi.json');
+  const doc1 = j(await t.context.call({ method: 'GET', path: '/v1/openapi.json' }));
+  const doc2 = j(await t.context.call({ method: 'GET', path: '/v2/openapi.json' }));
+  t.is(doc2.info.version, 'v2');
+  t.truthy(doc2.paths['/v2/orders/{orderId}']);
+  t.falsy(doc2.paths['/v1/orders/{orderId}']);
+  t.falsy(doc1.paths['/v2/orders/{orderId}']);
+  const order2 = doc2.paths['/v2/orders/{orderId}'].get.responses['200'].content['application/json'].schema;
+  const order1 = doc1.paths['/v1/orders/{orderId}'].get.responses['200'].content['application/json'].schema;
+  t.is(order1.properties.total.type, 'integer');
+  t.is(order2.properties.total.properties.amount.type, 'string');
+  t.falsy(order2.properties.currency);
+});
+
+test('an event\'s data is what a GET of that version answers, items expanded (webhook data)', async (t) => {
+  const prd = await product(t, 250, 'EUR');
+  const created = j(await send(t, 'POST', '/v1/orders', { currency: 'EUR', items: [{ productId: prd, quantity: 1 }] }));
+  const record = await t.context.host.handle({ kind: 'order.get', tenant: t.context.tenant, partition: partitionOf(created.id as string), id: created.id as string });
+  if (!record.ok) throw new Error('order not found');
+  for (const v of ['v1', 'v2'] as const) {
+    const got = j(await t.context.call({ method: 'GET', path: `/${v}/orders/${created.id as string}`, query: 'expand=items', headers: { authorization: `Bearer ${t.context.tok}` } }));
+    t.deepEqual(renderEventData(orderEvent(record.value as OrderRecord), v), got);
+  }
+  t.deepEqual((renderEventData(orderEvent(record.value as OrderRecord), 'v2') as { total: unknown }).total, { amount: '2.50', currency: 'EUR' });
+});
