@@ -16,6 +16,7 @@ import {
   type IdemTag,
   type KeyedCommand,
   type ListPage,
+  type ListQuery,
   type OrderRecord,
   type Query,
   type UserRecord,
@@ -33,7 +34,7 @@ import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type 
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
 import { eventActor, EVENTS, eventWrites, OUTBOX } from './events.js';
-import { deliveryActor, endpointActor } from './webhooks.js';
+import { deliveryActor, endpointActor, MAX_ENDPOINTS_PER_TENANT } from './webhooks.js';
 import { Dispatcher, type DispatchOptions } from './dispatcher.js';
 import { sweepEvents } from './event-sweep.js';
 import type { DeliveryRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
@@ -234,6 +235,17 @@ export class ActorHost implements ActorEndpoint {
         // A deleted user leaves no membership behind: same lock, same transaction.
         const cascade = (): Write<unknown>[] => dropMemberships(this.teamTables, cmd.tenant, byUser(cmd.id));
         return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
+      }
+      case 'webhook.create': {
+        // Creates of one tenant take turns, so the count they check cannot be passed by a race.
+        const bound = this.actors.webhook;
+        return this.write(cmd, [`webhooks\u0000${cmd.tenant}`, cmd.id], (now) => {
+          const held = this.store.scan(bound.table, { prefix: bound.def.listPrefix({ tenant: cmd.tenant } as ListQuery), after: undefined, reverse: false, limit: MAX_ENDPOINTS_PER_TENANT });
+          if (held.length >= MAX_ENDPOINTS_PER_TENANT) {
+            throw new ApiError('conflict', `A tenant has at most ${MAX_ENDPOINTS_PER_TENANT} webhook endpoints; delete one first.`);
+          }
+          return this.plan(cmd, bound, now);
+        });
       }
       case 'refund.create':
         return this.write(cmd, [cmd.orderId], (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {

@@ -51,11 +51,13 @@ for (const [net, bits] of [
   ['::', 128], // unspecified
   ['::1', 128], // loopback
   ['::ffff:0:0', 96], // IPv4-mapped: would reach an IPv4 address past the IPv4 list
+  ['::ffff:0:0:0', 96], // IPv4-translated (RFC 2765)
   ['::', 96], // IPv4-compatible (deprecated)
   ['64:ff9b::', 96], // NAT64
   ['100::', 64], // discard
   ['2001::', 32], // Teredo
   ['2001:db8::', 32], // documentation
+  ['3fff::', 20], // documentation (RFC 9637)
   ['2002::', 16], // 6to4: embeds an IPv4 address
   ['fc00::', 7], // unique local
   ['fe80::', 10], // link-local

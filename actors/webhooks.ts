@@ -79,6 +79,7 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
       }
       case 'webhook.test': {
         const e = existing(current, 'webhook endpoint');
+        if (e.status === 'disabled') throw new ApiError('invalid-state', 'The endpoint is disabled: PATCH status to enabled first; a ping to it would not be sent.');
         const ping = emit('ping', 'ping', { id: e.id, tenant: e.tenant }, now, e.id);
         return { next: current, reply: ping, events: [ping] };
       }

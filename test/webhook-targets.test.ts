@@ -40,6 +40,8 @@ test('private, reserved and special addresses are refused; public ones pass', (t
     '::ffff:127.0.0.1',
     '::ffff:8.8.8.8',
     '2001:db8::1',
+    '3fff::1',
+    '::ffff:0:7f00:1',
     '64:ff9b::7f00:1',
   ]) {
     t.truthy(refusedAddress(a), a);

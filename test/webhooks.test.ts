@@ -298,3 +298,30 @@ test('an endpoint with apiVersion v2 receives v2 data: money objects and /v2 lin
     await r2.close();
   }
 });
+
+test('a tenant holds at most 1000 endpoints: the next create is 409 and writes nothing; a ping to a disabled endpoint is 409', async (t) => {
+  const c = await t.context.api.as('wh-cap', WEBHOOK_SCOPES);
+  const body = { endpointUrl: 'http://127.0.0.1:9/hook', eventTypes: ['order.paid'] };
+  for (let i = 0; i < 1000; i += 50) {
+    const made = await Promise.all(Array.from({ length: 50 }, () => c.post('/v1/webhook-endpoints', body)));
+    t.true(made.every((r) => r.status === 201), made.map((r) => r.status).join(','));
+  }
+  const over = await Promise.all([c.post('/v1/webhook-endpoints', body), c.post('/v1/webhook-endpoints', body)]);
+  t.deepEqual(over.map((r) => r.status), [409, 409], over.map((r) => r.text).join('\n'));
+  t.is(over[0]!.json.type, '/problems/conflict');
+  let count = 0;
+  for (let href: string | undefined = '/v1/webhook-endpoints?limit=100'; href; ) {
+    const page = await c.get(href);
+    count += page.json.data.length as number;
+    href = page.json._links.next?.href as string | undefined;
+  }
+  t.is(count, 1000);
+
+  const first = (await c.get('/v1/webhook-endpoints?limit=1')).json.data[0] as { id: string };
+  t.is((await c.patch(`/v1/webhook-endpoints/${first.id}`, { status: 'disabled' })).status, 200);
+  const ping = await c.post(`/v1/webhook-endpoints/${first.id}/test`);
+  t.is(ping.status, 409, ping.text);
+  t.is(ping.json.type, '/problems/invalid-state');
+  t.is((await c.delete(`/v1/webhook-endpoints/${first.id}`)).status, 204);
+  t.is((await c.post('/v1/webhook-endpoints', body)).status, 201, 'room again after a delete');
+});
