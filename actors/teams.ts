@@ -8,6 +8,7 @@ import type { Table, Write } from '../storage/store.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 import type { Plan } from './batch.js';
 import { emit } from './events.js';
+import type { EventRecord } from '../proto/webhooks.js';
 
 export const TEAM_SORTS = ['createdAt', 'name'] as const;
 
@@ -63,6 +64,11 @@ export function dropMemberships(t: TeamTables, tenant: string, filter: string): 
   });
 }
 
+/** A `team.member.removed` event for each membership a cascade (team or user delete) removes. */
+export function memberRemovals(dropped: Write<unknown>[], now: number): EventRecord[] {
+  return dropped.flatMap((w) => (w.before ? [emit('team.member.removed', 'membership', w.before as MembershipRecord, now)] : []));
+}
+
 export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan {
   const writes: Write<unknown>[] = [];
   switch (cmd.kind) {
@@ -75,8 +81,9 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
     case 'team.delete': {
       const stored = t.teams.get(cmd.id);
       const team = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'team');
-      writes.push(...dropMemberships(t, cmd.tenant, team.id), { table: t.teams as Table<unknown>, id: cmd.id, before: stored, after: undefined });
-      return { writes, reply: null };
+      const dropped = dropMemberships(t, cmd.tenant, team.id);
+      writes.push(...dropped, { table: t.teams as Table<unknown>, id: cmd.id, before: stored, after: undefined });
+      return { writes, reply: null, events: memberRemovals(dropped, now) };
     }
     case 'member.add': {
       existing(own(t.teams.get(cmd.teamId), cmd.tenant), 'team');

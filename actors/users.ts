@@ -12,6 +12,7 @@ import type { Table, TableSpec, Write } from '../storage/store.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 import type { Plan } from './batch.js';
 import { emit } from './events.js';
+import { memberRemovals } from './teams.js';
 
 export const USER_SORTS = ['createdAt', 'email'] as const;
 
@@ -101,8 +102,11 @@ export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: 
     case 'user.delete': {
       const user = existingMatching(current, cmd.ifMatch, 'user');
       release(user.email);
-      writes.push(...onDelete());
-      return put(undefined);
+      const dropped = onDelete();
+      writes.push(...dropped);
+      const plan = put(undefined);
+      // Its memberships go with it, each announced as a removal.
+      return { ...plan, events: [...memberRemovals(dropped, now), ...(plan.events ?? [])] };
     }
   }
 }

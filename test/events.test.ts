@@ -151,3 +151,20 @@ test('a full refund emits refund.created, then refund.succeeded and order.refund
   t.is(events.find((e) => e.type === 'refund.succeeded')!.data.status, 'succeeded');
   t.is(events.find((e) => e.type === 'refund.created')!.data.amount, 700);
 });
+
+test('a user or team delete announces each membership it removes as team.member.removed', async (t) => {
+  const c = await caller(t, 'events-cascade');
+  const u = (await c.post('/v1/users', { email: 'b@example.com' })).json as { id: string };
+  const v = (await c.post('/v1/users', { email: 'c@example.com' })).json as { id: string };
+  const one = (await c.post('/v1/teams', { name: 'one' })).json as { id: string };
+  const two = (await c.post('/v1/teams', { name: 'two' })).json as { id: string };
+  for (const [team, user] of [[one, u], [two, u], [two, v]] as const) {
+    t.is((await c.post(`/v1/teams/${team.id}/members`, { userId: user.id, role: 'member' })).status, 201);
+  }
+  t.is((await c.delete(`/v1/users/${u.id}`)).status, 204);
+  t.is((await c.delete(`/v1/teams/${two.id}`)).status, 204);
+  const removed = ((await c.get('/v1/events?type=team.member.removed&limit=100')).json.data as { data: { teamId: string; userId: string } }[]).map(
+    (e) => `${e.data.teamId === one.id ? 'one' : 'two'}:${e.data.userId === u.id ? 'u' : 'v'}`,
+  );
+  t.deepEqual(removed.sort(), ['one:u', 'two:u', 'two:v']);
+});
