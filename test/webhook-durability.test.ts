@@ -88,6 +88,7 @@ test.serial('SIGKILL mid-fan-out: after a restart every event reaches every endp
     await new Promise((done) => run.child.once('exit', done));
     const before = new Set(r.got.map((g) => `${g.path} ${g.json.id as string}`)).size;
     t.log(`${before} of ${ENDPOINTS * ORDERS} deliveries had arrived at the kill`);
+    t.true(before < ENDPOINTS * ORDERS, 'the kill came while deliveries were still pending, so the restart has work to resume');
     await http.close();
 
     run = await start(t);
