@@ -5,9 +5,12 @@
 //   outbox ──pump──▶ one delivery per matching enabled endpoint, written durably in the same
 //                    transaction that removes the outbox row (a crash redoes the whole fan-out
 //                    or none of it)
-//   deliveries ──per-endpoint worker──▶ sign (batched, actors/signer.ts) ──▶ POST ──▶ outcome
-//                    committed; a pending delivery is indexed by (endpoint, due time), so each
-//                    endpoint's worker takes them in retry order, a few at a time (paced)
+//   first attempts ──one batch per fan-out──▶ sign all (actors/signer.ts) ──▶ POSTs started in
+//                    one loop ──▶ outcomes committed per event-loop turn; no promise per delivery
+//   deliveries ──per-endpoint worker──▶ the same, for retries and what the batch left: a pending
+//                    delivery is indexed by (endpoint, due time), so each endpoint's worker takes
+//                    them in retry order, a few at a time (paced). An endpoint is either in a
+//                    batch or in its worker, so it never has more than `perEndpoint` in flight.
 //
 // At least once: a delivery leaves `pending` only when its outcome is committed, so a process
 // killed at any moment resends, after restart, what it may have sent already, with the event's
@@ -20,16 +23,16 @@
 import type { Bus } from '../common/bus.js';
 import { newId, partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
-import { signatureHeaders } from '../common/webhook-signature.js';
+import { signatureHeaders, type SignTask } from '../common/webhook-signature.js';
 import { eventBody } from '../gateway/resources/event-data.js';
 import type { Command, ListPage, Result } from '../proto/messages.js';
 import type { DeliveryAttempt, DeliveryRecord, EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import type { Store, Table, Write } from '../storage/store.js';
 import { EVENTS, OUTBOX } from './events.js';
-import { Signer } from './signer.js';
+import { Signer, type SignedPart } from './signer.js';
 import { DELIVERIES, ENDPOINTS, liveSecrets, MAX_ENDPOINTS_PER_TENANT, pendingPrefix, wants } from './webhooks.js';
 import { WebhookSender, type SendResult } from './webhook-send.js';
-import { parseTarget, resolveTarget, systemResolver, TargetRefused, type Resolver } from './webhook-target.js';
+import { parseTarget, resolveTarget, systemResolver, TargetRefused, type Address, type Resolver } from './webhook-target.js';
 
 export interface DispatchOptions {
   /** Seconds between attempts (WEBHOOK_RETRY_SCHEDULE): one more attempt than entries. */
@@ -64,6 +67,27 @@ interface Worker {
   fresh: DeliveryRecord[];
 }
 
+/** A delivery to try, with its event. */
+interface Item {
+  d: DeliveryRecord;
+  event: EventRecord;
+}
+
+/** One endpoint's share of a batch; `done` once every outcome is committed, or on an error. */
+interface Job {
+  endpoint: EndpointRecord;
+  items: Item[];
+  done: (err: unknown, retrying: boolean) => void;
+}
+
+interface Decision {
+  write: Write<unknown>;
+  /** When the delivery is tried again; undefined when it is settled. */
+  next: number | undefined;
+  /** Why the endpoint is to be disabled, after the write. */
+  disable: string | undefined;
+}
+
 const FANOUT_CHUNK = 64;
 const PER_ENDPOINT = 16;
 const ENDPOINT_CACHE_MS = 2000;
@@ -71,6 +95,8 @@ const RETRY_AFTER_FAILURE_MS = 1000;
 /** Jitter spreads retries of many deliveries failing together (±20 %). */
 const JITTER = 0.2;
 const BODY_CACHE = 256;
+/** How long one DNS answer (checked) serves deliveries to its host. */
+const RESOLVE_CACHE_MS = 1000;
 /** Endpoints whose failing clock is kept; past it the oldest clock is forgotten (restarts later). */
 const MAX_FAILING = 100_000;
 
@@ -83,6 +109,7 @@ export class Dispatcher {
   private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
   private readonly bodies = new Map<string, string>();
   private readonly urls = new Map<string, URL>();
+  private readonly resolved = new Map<string, { at: number; answer: Promise<Address | string> }>();
   private readonly failing = new Map<string, number>();
   private readonly signer = new Signer();
   private readonly sender: WebhookSender;
@@ -176,7 +203,7 @@ export class Dispatcher {
   private async fanOut(ids: string[]): Promise<void> {
     const now = this.host.now();
     const writes: Write<unknown>[] = [];
-    const woken = new Map<string, { tenant: string; fresh: DeliveryRecord[] }>();
+    const woken = new Map<string, { endpoint: EndpointRecord; items: Item[] }>();
     for (const id of ids) {
       const row = this.outbox.get(id);
       if (!row) continue;
@@ -187,9 +214,10 @@ export class Dispatcher {
       const targets = event.endpointId
         ? (await this.endpointsOf(event.tenant)).filter((e) => e.id === event.endpointId && e.status === 'enabled')
         : (await this.endpointsOf(event.tenant)).filter((e) => wants(e, event.type));
+      const partition = partitionOf(event.id);
       for (const e of targets) {
         const d: DeliveryRecord = {
-          id: newId('delivery', partitionOf(event.id)),
+          id: newId('delivery', partition),
           tenant: event.tenant,
           version: 1,
           endpointId: e.id,
@@ -203,16 +231,73 @@ export class Dispatcher {
         };
         writes.push({ table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after: d });
         const entry = woken.get(e.id);
-        if (entry) entry.fresh.push(d);
-        else woken.set(e.id, { tenant: e.tenant, fresh: [d] });
+        if (entry) entry.items.push({ d, event });
+        else woken.set(e.id, { endpoint: e, items: [{ d, event }] });
       }
     }
     // First attempts start while this commit flushes: should it never land, the outbox rows it
     // removes stay, and the fan-out is done again (at least once). Each outcome's commit queues
     // behind it, so an outcome is never stored before its delivery.
     const committed = this.store.commit(writes);
-    for (const [endpointId, { tenant, fresh }] of woken) this.wake(endpointId, tenant, fresh);
+    this.sendFresh(woken);
     await committed;
+  }
+
+  /**
+   * The first attempts of a fan-out, as one batch: signed together, their requests started in
+   * one loop, their outcomes committed together, with no promise chain per delivery. An endpoint
+   * whose worker is busy gets its deliveries handed over instead, so pacing holds: an endpoint
+   * has at most `perEndpoint` deliveries in flight, from the batch or from its worker, never both.
+   */
+  private sendFresh(woken: Map<string, { endpoint: EndpointRecord; items: Item[] }>): void {
+    if (this.closing) return;
+    const perEndpoint = this.opts.perEndpoint ?? PER_ENDPOINT;
+    const jobs: Job[] = [];
+    let left = 0;
+    let finished: () => void = () => undefined;
+    for (const [endpointId, { endpoint, items }] of woken) {
+      let w = this.workers.get(endpointId);
+      if (!w) {
+        w = { tenant: endpoint.tenant, running: false, again: false, timer: undefined, fresh: [] };
+        this.workers.set(endpointId, w);
+      }
+      if (w.running) {
+        for (const i of items) w.fresh.push(i.d);
+        w.again = true;
+        continue;
+      }
+      // A timer the worker set for a later retry stays: the batch does not scan.
+      w.running = true;
+      for (let i = perEndpoint; i < items.length; i++) w.fresh.push(items[i]!.d);
+      const worker = w;
+      left++;
+      jobs.push({
+        endpoint,
+        items: items.length > perEndpoint ? items.slice(0, perEndpoint) : items,
+        done: (err, retrying) => {
+          this.release(endpointId, worker, err, retrying);
+          if (--left === 0) finished();
+        },
+      });
+    }
+    if (!jobs.length) return;
+    this.track(new Promise<void>((resolve) => (finished = resolve)));
+    void this.sendAll(jobs);
+  }
+
+  /** After a batch: the worker resumes what is left (a retry to schedule, more deliveries). */
+  private release(endpointId: string, w: Worker, err: unknown, retrying: boolean): void {
+    w.running = false;
+    if (this.closing) return;
+    if (err !== undefined) {
+      this.host.log.error({ err, endpointId }, 'webhook delivery failed; retrying');
+      clearTimeout(w.timer);
+      w.timer = setTimeout(() => this.wake(endpointId, w.tenant), RETRY_AFTER_FAILURE_MS);
+      w.timer.unref();
+      return;
+    }
+    if (retrying || w.again || w.fresh.length) this.track(this.work(endpointId, w));
+    else if (!w.timer) this.workers.delete(endpointId);
   }
 
   private async endpointsOf(tenant: string): Promise<EndpointRecord[]> {
@@ -335,39 +420,145 @@ export class Dispatcher {
 
   private async attempt(endpoint: EndpointRecord, records: DeliveryRecord[]): Promise<void> {
     const now = this.host.now();
-    let target: { url: URL; address: { address: string; family: 4 | 6 } } | undefined;
-    let refused: string | undefined;
+    const items: Item[] = [];
+    const gone: Promise<void>[] = [];
+    for (const d of records) {
+      const event = this.events.get(d.eventId);
+      if (event) items.push({ d, event });
+      else gone.push(this.settle(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: 'event no longer kept', durationMs: 0 }, undefined));
+    }
+    if (items.length) {
+      gone.push(new Promise((resolve, reject) => void this.sendAll([{ endpoint, items, done: (err) => (err === undefined ? resolve() : reject(err as Error)) }])));
+    }
+    await Promise.all(gone);
+  }
+
+  /**
+   * Sends each job's deliveries: the target checked (after DNS) once per host for the batch,
+   * every signature asked for at once, each part's requests started as soon as it is signed, and
+   * each outcome committed in the turn's shared transaction. A job's `done` runs once all its
+   * outcomes are committed, or with the error that stopped it (its deliveries stay pending).
+   */
+  private async sendAll(jobs: Job[]): Promise<void> {
+    const now = this.host.now();
+    const t = Math.floor(now / 1000);
+    const state = jobs.map((job) => ({ job, left: job.items.length, err: undefined as unknown, retrying: false, gone: false }));
+    type State = (typeof state)[number];
+    const finish = (s: State, err?: unknown): void => {
+      if (err !== undefined && s.err === undefined) s.err = err;
+      if (--s.left === 0) {
+        if (s.gone) this.remoteCache.delete(s.job.endpoint.tenant);
+        s.job.done(s.err, s.retrying);
+      }
+    };
+    const outcome = (s: State, d: DeliveryRecord, res: SendResult): void => {
+      let decided: Decision;
+      try {
+        decided = this.decide(d, res, s.job.endpoint);
+      } catch (err) {
+        finish(s, err);
+        return;
+      }
+      if (decided.next !== undefined) s.retrying = true;
+      this.queueOutcome(decided.write, (err) => {
+        if (err !== undefined || !decided.disable) return finish(s, err);
+        // As before the batch: the endpoint's next deliveries wait for its disable.
+        s.gone = true;
+        this.disable(s.job.endpoint, decided.disable).then(
+          () => finish(s),
+          (e: unknown) => finish(s, e),
+        );
+      });
+    };
+    let targets: ({ url: URL; address: Address } | string)[];
+    const tasks: SignTask[] = [];
+    const sends: { s: State; d: DeliveryRecord; url: URL; address: Address; body: string }[] = [];
     try {
-      const url = this.urlOf(endpoint);
-      // Checked at every delivery, after resolution; the send connects to what was checked.
-      const [address] = await resolveTarget(url, this.resolver, this.opts.allowPrivateTargets);
-      target = { url, address: address! };
+      // Each distinct host resolved and checked once for the whole batch.
+      targets = await Promise.all(state.map((s) => this.targetOf(s.job.endpoint, now)));
+      for (let j = 0; j < state.length; j++) {
+        const s = state[j]!;
+        const target = targets[j]!;
+        if (typeof target === 'string') continue;
+        const secrets = liveSecrets(s.job.endpoint, now);
+        for (const { d, event } of s.job.items) {
+          const body = this.bodyOf(event, s.job.endpoint);
+          tasks.push({ id: event.id, t, body, secrets });
+          sends.push({ s, d, url: target.url, address: target.address, body });
+        }
+      }
+    } catch (err) {
+      // Nothing was sent: the deliveries stay pending, for the worker to try again.
+      for (const s of state) s.job.done(err, false);
+      return;
+    }
+    for (let j = 0; j < state.length; j++) {
+      const target = targets[j]!;
+      if (typeof target !== 'string') continue;
+      const s = state[j]!;
+      for (const { d } of s.job.items) outcome(s, d, { status: null, error: target, retryAfterMs: undefined, durationMs: 0 });
+    }
+    if (!tasks.length) return;
+    let parts: SignedPart[];
+    try {
+      parts = this.signer.parts(tasks);
+    } catch (err) {
+      for (const x of sends) finish(x.s, err);
+      return;
+    }
+    for (const part of parts) {
+      const to = Math.min(part.to, sends.length);
+      part.sigs.then(
+        (sigs) => {
+          // The part's requests, started in one loop.
+          for (let i = part.from; i < to; i++) {
+            const x = sends[i]!;
+            this.sender.post(x.url, x.address, signatureHeaders(tasks[i]!.id, t, sigs[i - part.from]!), x.body, (res) => outcome(x.s, x.d, res));
+          }
+        },
+        (err: unknown) => {
+          for (let i = part.from; i < to; i++) finish(sends[i]!.s, err);
+        },
+      );
+    }
+  }
+
+  /**
+   * Where a delivery to `endpoint` connects: the URL and the first address its host resolves to,
+   * all of them checked (CONTRACT §10), or why not. The check runs at each delivery; deliveries
+   * within RESOLVE_CACHE_MS of each other share one resolution (a fan-out's thousand deliveries
+   * to one host, one DNS answer). So a DNS change reaches deliveries at most that late; whatever
+   * address is used was checked, and the request connects to it (actors/webhook-send.ts pins it).
+   */
+  private async targetOf(endpoint: EndpointRecord, now: number): Promise<{ url: URL; address: Address } | string> {
+    let url: URL;
+    try {
+      url = this.urlOf(endpoint);
     } catch (err) {
       if (!(err instanceof TargetRefused)) throw err;
-      refused = `refused target: ${err.message}`;
+      return `refused target: ${err.message}`;
     }
-    const secrets = liveSecrets(endpoint, now);
-    const t = Math.floor(now / 1000);
-    let gone = false;
-    await Promise.all(
-      records.map(async (d) => {
-        const event = this.events.get(d.eventId);
-        if (!event) {
-          await this.settle(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: 'event no longer kept', durationMs: 0 }, undefined);
-          return;
-        }
-        let res: SendResult;
-        if (target) {
-          const body = this.bodyOf(event, endpoint);
-          const sig = await this.signer.sign({ id: event.id, t, body, secrets });
-          res = await this.sender.send(target.url, target.address, signatureHeaders(event.id, t, sig), body);
-        } else {
-          res = { status: null, error: refused ?? 'refused target', retryAfterMs: undefined, durationMs: 0 };
-        }
-        gone = (await this.record(d, res, endpoint)) || gone;
-      }),
-    );
-    if (gone) this.remoteCache.delete(endpoint.tenant);
+    const key = url.hostname;
+    let cached = this.resolved.get(key);
+    if (!cached || now - cached.at >= RESOLVE_CACHE_MS || now < cached.at) {
+      const at = now;
+      const answer = resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(
+        ([address]) => address!,
+        (err: unknown) => {
+          if (!(err instanceof TargetRefused)) throw err;
+          return `refused target: ${err.message}`;
+        },
+      );
+      cached = { at, answer };
+      if (this.resolved.size >= 10_000) this.resolved.clear();
+      this.resolved.set(key, cached);
+      // A failed resolution is not kept.
+      answer.catch(() => {
+        if (this.resolved.get(key) === cached) this.resolved.delete(key);
+      });
+    }
+    const address = await cached.answer;
+    return typeof address === 'string' ? address : { url, address };
   }
 
   /** The endpoint's URL, parsed and checked once per version of the endpoint. */
@@ -394,40 +585,29 @@ export class Dispatcher {
     return body;
   }
 
-  /** Applies the delivery policy to one answer; true when the endpoint was disabled. */
-  private async record(d: DeliveryRecord, res: SendResult, endpoint: EndpointRecord): Promise<boolean> {
+  /** Applies the delivery policy to one answer: the delivery's next record, and a disable. */
+  private decide(d: DeliveryRecord, res: SendResult, endpoint: EndpointRecord): Decision {
     const now = this.host.now();
     const n = d.attempts.length + 1;
     const base = { attempt: n, at: now, responseStatus: res.status, error: res.error, durationMs: res.durationMs };
     const s = res.status;
     if (s !== null && s >= 200 && s < 300) {
       this.failing.delete(endpoint.id);
-      await this.settle(d, { ...base, outcome: 'delivered' }, undefined, 'delivered');
-      return false;
+      return this.settled(d, { ...base, outcome: 'delivered' }, undefined, 'delivered');
     }
-    if (s === 410) {
-      await this.settle(d, { ...base, outcome: 'disabled' }, undefined);
-      await this.disable(endpoint, 'gone');
-      return true;
-    }
+    if (s === 410) return { ...this.settled(d, { ...base, outcome: 'disabled' }, undefined), disable: 'gone' };
     // No success to this endpoint for longer than allowed, across its deliveries: disable.
     if (now - this.failingSince(endpoint.id, d.attempts[0]?.at ?? now) >= this.opts.disableAfterMs) {
-      await this.settle(d, { ...base, outcome: 'disabled' }, undefined);
-      await this.disable(endpoint, 'failing');
-      return true;
+      return { ...this.settled(d, { ...base, outcome: 'disabled' }, undefined), disable: 'failing' };
     }
     const retryable = s === null || (s >= 300 && s < 400) || s === 408 || s === 429 || s >= 500;
     const wait = this.opts.retrySchedule[n - 1];
-    if (!retryable || wait === undefined) {
-      await this.settle(d, { ...base, outcome: 'failed' }, undefined);
-      return false;
-    }
+    if (!retryable || wait === undefined) return this.settled(d, { ...base, outcome: 'failed' }, undefined);
     const jittered = wait * 1000 * (1 + (Math.random() * 2 - 1) * JITTER);
     // Retry-After is honoured, up to the longest wait the schedule allows.
     const longest = Math.max(...this.opts.retrySchedule) * 1000;
     const delay = Math.max(jittered, Math.min(res.retryAfterMs ?? 0, longest));
-    await this.settle(d, { ...base, outcome: 'retry' }, now + Math.round(delay));
-    return false;
+    return this.settled(d, { ...base, outcome: 'retry' }, now + Math.round(delay));
   }
 
   /**
@@ -447,7 +627,13 @@ export class Dispatcher {
   }
 
   /** Commits an attempt; `next` keeps the delivery pending until then. */
-  private async settle(d: DeliveryRecord, attempt: DeliveryAttempt, next: number | undefined, status: 'delivered' | 'failed' = 'failed'): Promise<void> {
+  private settle(d: DeliveryRecord, attempt: DeliveryAttempt, next: number | undefined, status: 'delivered' | 'failed' = 'failed'): Promise<void> {
+    const { write } = this.settled(d, attempt, next, status);
+    return new Promise((resolve, reject) => this.queueOutcome(write, (err) => (err === undefined ? resolve() : reject(err as Error))));
+  }
+
+  /** The write that records an attempt; `next` keeps the delivery pending until then. */
+  private settled(d: DeliveryRecord, attempt: DeliveryAttempt, next: number | undefined, status: 'delivered' | 'failed' = 'failed'): Decision {
     const after: DeliveryRecord = {
       ...d,
       version: d.version + 1,
@@ -456,27 +642,25 @@ export class Dispatcher {
       attempts: [...d.attempts, attempt],
       updatedAt: attempt.at,
     };
-    await this.commitSoon({ table: this.deliveries as Table<unknown>, id: d.id, before: d, after });
+    return { write: { table: this.deliveries as Table<unknown>, id: d.id, before: d, after }, next, disable: undefined };
   }
 
   /**
    * Outcomes settled in one event-loop turn share one transaction: a fan-out's answers arrive
    * together, and one commit of many records costs far less than many commits of one.
    */
-  private commitSoon(write: Write<unknown>): Promise<void> {
-    return new Promise((resolve, reject) => {
-      if (this.outcomes.length === 0) {
-        setImmediate(() => {
-          const batch = this.outcomes;
-          this.outcomes = [];
-          this.store.commit(batch.map((o) => o.write)).then(
-            () => batch.forEach((o) => o.done()),
-            (err: unknown) => batch.forEach((o) => o.done(err)),
-          );
-        });
-      }
-      this.outcomes.push({ write, done: (err) => (err === undefined ? resolve() : reject(err as Error)) });
-    });
+  private queueOutcome(write: Write<unknown>, done: (err?: unknown) => void): void {
+    if (this.outcomes.length === 0) {
+      setImmediate(() => {
+        const batch = this.outcomes;
+        this.outcomes = [];
+        this.store.commit(batch.map((o) => o.write)).then(
+          () => batch.forEach((o) => o.done()),
+          (err: unknown) => batch.forEach((o) => o.done(err)),
+        );
+      });
+    }
+    this.outcomes.push({ write, done });
   }
 
   private async disable(endpoint: EndpointRecord, reason: string): Promise<void> {

@@ -1,7 +1,7 @@
-// Batched signing for webhook fan-out (issue 5, ARCHITECTURE "Hot paths"). Deliveries ask for
-// their signatures one by one; the signer gathers the requests of one event-loop turn and signs
-// them together: inline when the batch is small (a piscina hand-off costs more than a few
-// HMACs), otherwise split into one task per pool thread, each signing many deliveries.
+// Batched signing for webhook fan-out (issue 5, ARCHITECTURE "Hot paths"). The dispatcher asks
+// for a batch's signatures at once (a fan-out's first attempts, or one endpoint's due
+// deliveries): inline when the batch is small (a piscina hand-off costs more than a few HMACs),
+// otherwise split into pool tasks of TASK_SIZE deliveries, each answered as soon as it is signed.
 // bench/webhook-signing.ts measures both sides of the threshold.
 
 import { availableParallelism } from 'node:os';
@@ -22,10 +22,10 @@ export const INLINE_BYTES = 16 * 1024;
  */
 export const TASK_SIZE = 128;
 
-interface Pending {
-  task: SignTask;
-  resolve: (s: Signatures) => void;
-  reject: (err: unknown) => void;
+export interface SignedPart {
+  from: number;
+  to: number;
+  sigs: Promise<Signatures[]>;
 }
 
 /** Each distinct body once: structured clone copies a string per occurrence, not per value. */
@@ -45,32 +45,23 @@ export function toBatch(tasks: SignTask[]): SignBatch {
 
 export class Signer {
   private pool: Piscina | undefined;
-  private queue: Pending[] = [];
-  private scheduled = false;
 
   constructor(private readonly opts: { inlineBytes?: number; threads?: number } = {}) {}
-
-  sign(task: SignTask): Promise<Signatures> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ task, resolve, reject });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => this.flush());
-      }
-    });
-  }
 
   /** Signs `tasks` as one batch, in the pool or inline by size. */
   async signMany(tasks: SignTask[]): Promise<Signatures[]> {
     return (await Promise.all(this.parts(tasks).map((p) => p.sigs))).flat();
   }
 
-  /** The batch's signatures in consecutive parts: one inline, or one per pool task of TASK_SIZE. */
-  private parts(tasks: SignTask[]): { from: number; to: number; sigs: Promise<Signatures[]> }[] {
+  /**
+   * The batch's signatures in consecutive parts, `tasks[from, to)` each: one inline, or one per
+   * pool task of TASK_SIZE. A caller sending a fan-out starts each part's requests as it arrives.
+   */
+  parts(tasks: SignTask[]): SignedPart[] {
     const bytes = tasks.reduce((n, t) => n + t.body.length * t.secrets.length * 2, 0);
     if (bytes < (this.opts.inlineBytes ?? INLINE_BYTES)) return [{ from: 0, to: tasks.length, sigs: Promise.resolve(tasks.map(sign)) }];
     const pool = this.poolOf();
-    const parts: { from: number; to: number; sigs: Promise<Signatures[]> }[] = [];
+    const parts: SignedPart[] = [];
     for (let i = 0; i < tasks.length; i += TASK_SIZE) {
       parts.push({ from: i, to: i + TASK_SIZE, sigs: pool.run(toBatch(tasks.slice(i, i + TASK_SIZE))) as Promise<Signatures[]> });
     }
@@ -89,26 +80,5 @@ export class Signer {
       idleTimeout: 30_000,
     });
     return this.pool;
-  }
-
-  private flush(): void {
-    this.scheduled = false;
-    const batch = this.queue;
-    this.queue = [];
-    let parts: ReturnType<Signer['parts']>;
-    try {
-      parts = this.parts(batch.map((p) => p.task));
-    } catch (err) {
-      batch.forEach((p) => p.reject(err));
-      return;
-    }
-    // Each part answers its own deliveries as soon as it is signed.
-    for (const part of parts) {
-      const mine = batch.slice(part.from, part.to);
-      part.sigs.then(
-        (sigs) => mine.forEach((p, i) => p.resolve(sigs[i]!)),
-        (err: unknown) => mine.forEach((p) => p.reject(err)),
-      );
-    }
   }
 }

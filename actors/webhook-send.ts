@@ -40,57 +40,97 @@ export function parseRetryAfter(value: string | undefined, now = Date.now()): nu
 
 export class WebhookSender {
   private readonly agents = new Map<string, http.Agent>();
+  private readonly targets = new Map<URL, { module: typeof http | typeof https; options: http.RequestOptions }>();
+  private readonly lookups = new Map<string, LookupFunction>();
 
   constructor(private readonly opts: SenderOptions) {}
 
   send(url: URL, address: Address, headers: Record<string, string>, body: string): Promise<SendResult> {
+    return new Promise((resolve) => this.post(url, address, { ...headers }, body, resolve));
+  }
+
+  /**
+   * `send` without a promise: `cb` gets the result, exactly once. A fan-out starts a thousand of
+   * these in one loop; the request options of a URL and the lookup of an address are built once.
+   * `headers` is taken over (the content headers are added to it).
+   */
+  post(url: URL, address: Address, headers: Record<string, string>, body: string, cb: (res: SendResult) => void): void {
     const started = performance.now();
-    const secure = url.protocol === 'https:';
-    const lookup: LookupFunction = (_host, options, cb) => {
-      if (options.all) cb(null, [{ address: address.address, family: address.family }]);
-      else cb(null, address.address, address.family);
+    const target = this.targetOf(url);
+    let settled = false;
+    const done = (status: number | null, error: string | null, retryAfterMs?: number): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started) });
     };
-    return new Promise((resolve) => {
-      let settled = false;
-      const done = (status: number | null, error: string | null, retryAfterMs?: number): void => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        resolve({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started) });
-      };
-      const req = (secure ? https : http).request(url, {
-        method: 'POST',
-        agent: this.agentFor(url),
-        lookup,
-        headers: { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'user-agent': 'orders-api-webhooks/1' },
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = String(Buffer.byteLength(body));
+    headers['user-agent'] = 'orders-api-webhooks/1';
+    const req = target.module.request({ ...target.options, lookup: this.lookupOf(address), headers });
+    const timer = setTimeout(() => {
+      done(null, 'timeout');
+      req.destroy();
+    }, this.opts.timeoutMs);
+    req.on('error', (err: NodeJS.ErrnoException) => done(null, err.code ?? err.message));
+    req.on('response', (res) => {
+      let read = 0;
+      const status = res.statusCode ?? 0;
+      const retryAfter = parseRetryAfter(res.headers['retry-after']);
+      res.on('data', (chunk: Buffer) => {
+        read += chunk.length;
+        // The answer is not ours to store: past the cap the connection goes, not the memory.
+        if (read > RESPONSE_CAP) {
+          done(status, null, retryAfter);
+          res.destroy();
+        }
       });
-      const timer = setTimeout(() => {
-        done(null, 'timeout');
-        req.destroy();
-      }, this.opts.timeoutMs);
-      req.on('error', (err: NodeJS.ErrnoException) => done(null, err.code ?? err.message));
-      req.on('response', (res) => {
-        let read = 0;
-        const status = res.statusCode ?? 0;
-        const retryAfter = parseRetryAfter(res.headers['retry-after']);
-        res.on('data', (chunk: Buffer) => {
-          read += chunk.length;
-          // The answer is not ours to store: past the cap the connection goes, not the memory.
-          if (read > RESPONSE_CAP) {
-            done(status, null, retryAfter);
-            res.destroy();
-          }
-        });
-        res.on('end', () => done(status, null, retryAfter));
-        res.on('error', () => done(status, null, retryAfter));
-      });
-      req.end(body);
+      res.on('end', () => done(status, null, retryAfter));
+      res.on('error', () => done(status, null, retryAfter));
     });
+    req.end(body);
   }
 
   close(): void {
     for (const a of this.agents.values()) a.destroy();
     this.agents.clear();
+  }
+
+  /** The request options of a URL (what `http.request(url)` would derive each time), and its module. */
+  private targetOf(url: URL): { module: typeof http | typeof https; options: http.RequestOptions } {
+    let target = this.targets.get(url);
+    if (!target) {
+      const secure = url.protocol === 'https:';
+      target = {
+        module: secure ? https : http,
+        options: {
+          method: 'POST',
+          protocol: url.protocol,
+          hostname: url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname,
+          port: url.port || undefined,
+          path: `${url.pathname}${url.search}`,
+          agent: this.agentFor(url),
+        },
+      };
+      if (this.targets.size >= 10_000) this.targets.clear();
+      this.targets.set(url, target);
+    }
+    return target;
+  }
+
+  /** Connects to the address that passed the check, never to a second DNS answer. */
+  private lookupOf(address: Address): LookupFunction {
+    const key = `${address.family}/${address.address}`;
+    let lookup = this.lookups.get(key);
+    if (!lookup) {
+      lookup = (_host, options, cb) => {
+        if (options.all) cb(null, [{ address: address.address, family: address.family }]);
+        else cb(null, address.address, address.family);
+      };
+      if (this.lookups.size >= 10_000) this.lookups.clear();
+      this.lookups.set(key, lookup);
+    }
+    return lookup;
   }
 
   private agentFor(url: URL): http.Agent {

@@ -6,12 +6,17 @@
 // same receiver, from this process, with nothing stored.
 //
 // Targets: >= 10,000 signed deliveries/s, and >= 0.5x the unsigned baseline.
+//
+// Wall-clock rates on a shared 2-core machine move with whatever else runs; CPU time moves less.
+// So each phase also reports CPU ms per 1,000 deliveries: the service process (all its threads:
+// the HTTP write, fan-out, signing pool, LMDB, the client) for the signed ones, this process
+// (the client alone) for the unsigned ones, and the receiver in both.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WebhookSender } from '../actors/webhook-send.js';
 import { mintToken } from '../gateway/auth.js';
 import { call, closeHttp, pool } from './lib/http.js';
 import { benchEntry } from './lib/paths.js';
-import { startProcess } from './lib/proc.js';
+import { cpuSeconds, startProcess } from './lib/proc.js';
 import { genericTable, writeResults } from './lib/report.js';
 import type { TargetOutcome } from './lib/scenario.js';
 import { startService } from './lib/servers.js';
@@ -70,17 +75,34 @@ try {
   await emit();
   await reach(base + ENDPOINTS);
 
+  const servicePid = service.procs[0]!.pid;
+  const cpu = (): { service: number; receiver: number; bench: number } => ({
+    service: cpuSeconds(servicePid),
+    receiver: cpuSeconds(receiver.pid),
+    bench: process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6,
+  });
+  /** CPU ms per 1,000 deliveries of each process since `from`. */
+  const perK = (from: ReturnType<typeof cpu>, n: number): { service: number; receiver: number; bench: number } => {
+    const to = cpu();
+    const k = (a: number, b: number): number => Math.round(((b - a) * 1e6) / n);
+    return { service: k(from.service, to.service), receiver: k(from.receiver, to.receiver), bench: k(from.bench, to.bench) };
+  };
+
   const single: number[] = [];
+  const singleCpu0 = cpu();
   for (let r = 0; r < ROUNDS; r++) {
     base = await received();
     const t0 = clock();
     await emit();
     single.push((ENDPOINTS / (await reach(base + ENDPOINTS) - t0)) * 1000);
   }
+  const singleCpu = perK(singleCpu0, ROUNDS * ENDPOINTS);
   base = await received();
+  const burstCpu0 = cpu();
   const b0 = clock();
   await Promise.all(Array.from({ length: BURST }, emit));
   const burst = ((BURST * ENDPOINTS) / ((await reach(base + BURST * ENDPOINTS)) - b0)) * 1000;
+  const burstCpu = perK(burstCpu0, BURST * ENDPOINTS);
 
   // The body a delivery carries, to size the unsigned baseline alike.
   const events = await call(`${service.url}/v1/events?limit=1`, { headers: json });
@@ -99,8 +121,12 @@ try {
   };
   await unsignedRound(ENDPOINTS); // warm-up
   const unsigned: number[] = [];
+  const unsignedCpu0 = cpu();
   for (let r = 0; r < ROUNDS; r++) unsigned.push(await unsignedRound(ENDPOINTS));
+  const unsignedCpu = perK(unsignedCpu0, ROUNDS * ENDPOINTS);
+  const unsignedBurstCpu0 = cpu();
   const unsignedBurst = await unsignedRound(BURST * ENDPOINTS);
+  const unsignedBurstCpu = perK(unsignedBurstCpu0, BURST * ENDPOINTS);
   sender.close();
 
   const best = (xs: number[]): number => Math.max(...xs);
@@ -111,6 +137,17 @@ try {
     [`${BURST * ENDPOINTS} unsigned POSTs, same client and receiver`, Math.round(unsignedBurst), ''],
   ];
   console.log(genericTable(['what', 'deliveries/s (best)', 'rounds'], rows));
+  console.log(
+    genericTable(
+      ['CPU ms per 1,000 deliveries', 'sender', 'receiver'],
+      [
+        ['signed, one event at a time (service process)', singleCpu.service, singleCpu.receiver],
+        [`signed, ${BURST} events at once (service process)`, burstCpu.service, burstCpu.receiver],
+        ['unsigned, 1,000 at a time (client alone)', unsignedCpu.bench, unsignedCpu.receiver],
+        [`unsigned, ${BURST * ENDPOINTS} at once (client alone)`, unsignedBurstCpu.bench, unsignedBurstCpu.receiver],
+      ],
+    ),
+  );
   const ratio = best(single) / best(unsigned);
   const burstRatio = burst / unsignedBurst;
   const targets: TargetOutcome[] = [
@@ -119,7 +156,7 @@ try {
     { label: `signed fan-out >= 0.5x unsigned POSTs (${BURST} events)`, measured: burstRatio, pass: burstRatio >= 0.5 },
   ];
   for (const t of targets) console.log(`  target ${t.pass ? 'PASS' : 'FAIL'}  ${t.label}  (measured ${t.measured!.toFixed(2)})`);
-  console.log(`  written to ${writeResults(SCENARIO, { endpoints: ENDPOINTS, single, burst, unsigned, unsignedBurst, bodyBytes: sample.length, targets })}`);
+  console.log(`  written to ${writeResults(SCENARIO, { endpoints: ENDPOINTS, single, burst, unsigned, unsignedBurst, cpuMsPerThousand: { single: singleCpu, burst: burstCpu, unsigned: unsignedCpu, unsignedBurst: unsignedBurstCpu }, bodyBytes: sample.length, targets })}`);
 } finally {
   await service.stop();
   await receiver.stop();

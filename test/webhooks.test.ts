@@ -325,3 +325,26 @@ test('a tenant holds at most 1000 endpoints: the next create is 409 and writes n
   t.is((await c.delete(`/v1/webhook-endpoints/${first.id}`)).status, 204);
   t.is((await c.post('/v1/webhook-endpoints', body)).status, 201, 'room again after a delete');
 });
+
+test('a burst of events to one endpoint keeps at most 16 deliveries in flight to it, and delivers each', async (t) => {
+  const { c, r } = await setup(t, 'wh-paced', ['order.created']);
+  let inFlight = 0;
+  let most = 0;
+  r.answer = () => {
+    inFlight++;
+    most = Math.max(most, inFlight);
+    setTimeout(() => inFlight--, 60);
+    return { status: 204, delayMs: 60 };
+  };
+  try {
+    const orders = await Promise.all(Array.from({ length: 40 }, () => c.post('/v1/orders', { currency: 'EUR' })));
+    t.true(orders.every((o) => o.status === 201));
+    await until('every event', () => new Set(r.got.map((g) => g.json?.id as string)).size >= 40);
+    t.is(new Set(r.got.map((g) => g.json.data.id as string)).size, 40);
+    t.log(`${most} in flight at most`);
+    t.true(most <= 16, `${most} in flight at once`);
+    t.true(most > 1, 'deliveries to one endpoint overlap');
+  } finally {
+    await r.close();
+  }
+});
