@@ -111,6 +111,8 @@ export class Dispatcher {
   private readonly urls = new Map<string, URL>();
   private readonly resolved = new Map<string, { at: number; answer: Promise<Address | string> }>();
   private readonly failing = new Map<string, number>();
+  /** When each endpoint last answered 2xx, as this process saw it. */
+  private readonly succeeded = new Map<string, number>();
   private readonly signer = new Signer();
   private readonly sender: WebhookSender;
   private readonly resolver: Resolver;
@@ -593,11 +595,12 @@ export class Dispatcher {
     const s = res.status;
     if (s !== null && s >= 200 && s < 300) {
       this.failing.delete(endpoint.id);
+      this.remember(this.succeeded, endpoint.id, now);
       return this.settled(d, { ...base, outcome: 'delivered' }, undefined, 'delivered');
     }
     if (s === 410) return { ...this.settled(d, { ...base, outcome: 'disabled' }, undefined), disable: 'gone' };
     // No success to this endpoint for longer than allowed, across its deliveries: disable.
-    if (now - this.failingSince(endpoint.id, d.attempts[0]?.at ?? now) >= this.opts.disableAfterMs) {
+    if (now - this.failingSince(endpoint, d.attempts[0]?.at ?? now) >= this.opts.disableAfterMs) {
       return { ...this.settled(d, { ...base, outcome: 'disabled' }, undefined), disable: 'failing' };
     }
     const retryable = s === null || (s >= 300 && s < 400) || s === 408 || s === 429 || s >= 500;
@@ -617,13 +620,19 @@ export class Dispatcher {
    * starts again at the first attempt of the first delivery that fails, which can only delay a
    * disable, never cause one early.
    */
-  private failingSince(endpointId: string, firstAttempt: number): number {
-    let since = this.failing.get(endpointId);
-    if (since === undefined) {
-      if (this.failing.size >= MAX_FAILING) this.failing.delete(this.failing.keys().next().value!);
-      this.failing.set(endpointId, (since = firstAttempt));
-    }
+  private failingSince(endpoint: EndpointRecord, firstAttempt: number): number {
+    // Never before the endpoint was (re-)enabled, nor before its last success.
+    const floor = Math.max(endpoint.enabledAt ?? endpoint.createdAt, this.succeeded.get(endpoint.id) ?? 0);
+    let since = this.failing.get(endpoint.id);
+    if (since === undefined || since < floor) this.remember(this.failing, endpoint.id, (since = Math.max(firstAttempt, floor)));
     return since;
+  }
+
+  /** Sets a per-endpoint time in a map bounded by MAX_FAILING (the oldest entry goes first). */
+  private remember(map: Map<string, number>, endpointId: string, at: number): void {
+    map.delete(endpointId);
+    if (map.size >= MAX_FAILING) map.delete(map.keys().next().value!);
+    map.set(endpointId, at);
   }
 
   /** Commits an attempt; `next` keeps the delivery pending until then. */

@@ -48,6 +48,7 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
           ...cmd.input,
           status: 'enabled',
           disabledReason: null,
+          enabledAt: now,
           secrets: [{ secret: cmd.secret }],
           createdAt: now,
           updatedAt: now,
@@ -61,6 +62,7 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
         if (status !== undefined && status !== e.status) {
           changes.status = status;
           changes.disabledReason = status === 'disabled' ? 'manual' : null;
+          if (status === 'enabled') changes.enabledAt = now;
         }
         const next = bump(e, changes, now);
         return { next, reply: next };

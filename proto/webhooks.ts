@@ -77,6 +77,8 @@ export interface EndpointRecord {
   description: string | null;
   /** Why it was disabled: 'gone' (a 410), 'failing' (no success for WEBHOOK_DISABLE_AFTER_HOURS), or 'manual'. */
   disabledReason: string | null;
+  /** When it was created or last re-enabled: the failing clock never reaches back before it. */
+  enabledAt?: number;
   /** The current secret first. Never rendered except in the create and rotate answers. */
   secrets: SigningSecret[];
   createdAt: number;

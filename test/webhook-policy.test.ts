@@ -81,6 +81,26 @@ test('no success for the disable window disables the endpoint as failing', async
   t.true(d!.attempts.every((a) => a.responseStatus === 503));
 });
 
+test('a re-enabled endpoint starts a new clock: one failure after it does not disable it again', async (t) => {
+  const { host, r } = t.context;
+  r.answer = () => ({ status: 503 });
+  const e = await setup(t, 'policy-reenable');
+  const target = { tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id };
+  const get = async (): Promise<EndpointRecord> => ok<EndpointRecord>(host.handle({ kind: 'webhook.get', ...target }));
+  await order(host, 'policy-reenable');
+  await until('disabled', async () => (await get()).status === 'disabled');
+  t.is((await get()).disabledReason, 'failing');
+  // Back: one transient 503, then 2xx.
+  let answered = 0;
+  r.answer = () => ({ status: answered++ === 0 ? 503 : 200 });
+  await ok(host.handle({ kind: 'webhook.patch', ...target, ifMatch: undefined, patch: { status: 'enabled' } }));
+  await order(host, 'policy-reenable');
+  await until('the retry after the re-enable is answered 200', () => answered >= 2, 10_000);
+  await until('its outcome is committed', async () => (await deliveries(host, e.tenant, e.id)).some((d) => d.status === 'delivered'), 5_000);
+  const now = await get();
+  t.is(now.status, 'enabled', `disabled again: ${String(now.disabledReason)}`);
+});
+
 test('the disable clock spans deliveries: an endpoint refusing every event (4xx, not retried) is disabled once the window passes', async (t) => {
   const { host, r } = t.context;
   r.answer = () => ({ status: 400 });
