@@ -264,13 +264,13 @@ export class Dispatcher {
         this.workers.set(endpointId, w);
       }
       if (w.running) {
-        for (const i of items) w.fresh.push(i.d);
+        handOver(w, items.map((i) => i.d));
         w.again = true;
         continue;
       }
       // A timer the worker set for a later retry stays: the batch does not scan.
       w.running = true;
-      for (let i = perEndpoint; i < items.length; i++) w.fresh.push(items[i]!.d);
+      handOver(w, items.slice(perEndpoint).map((i) => i.d));
       const worker = w;
       left++;
       jobs.push({
@@ -343,7 +343,7 @@ export class Dispatcher {
       w = { tenant, running: false, again: false, timer: undefined, fresh: [] };
       this.workers.set(endpointId, w);
     }
-    w.fresh.push(...fresh);
+    handOver(w, fresh);
     clearTimeout(w.timer);
     w.timer = undefined;
     if (w.running) {
@@ -679,4 +679,13 @@ export class Dispatcher {
     if (!result?.ok) this.host.log.warn({ endpointId: endpoint.id, reason }, 'could not disable a webhook endpoint');
     else this.host.log.warn({ endpointId: endpoint.id, reason }, 'webhook endpoint disabled');
   }
+}
+
+/** Most deliveries handed to one worker in memory; past it they wait in LMDB for the due scan. */
+const MAX_FRESH = 1024;
+
+/** Hands new deliveries to a worker, up to MAX_FRESH; the rest are found by its next due scan. */
+function handOver(w: Worker, records: DeliveryRecord[]): void {
+  const room = MAX_FRESH - w.fresh.length;
+  if (room > 0) w.fresh.push(...(records.length > room ? records.slice(0, room) : records));
 }

@@ -38,6 +38,11 @@ export function parseRetryAfter(value: string | undefined, now = Date.now()): nu
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
+/** Keep-alive pools kept at once, one per receiving origin. */
+const MAX_AGENTS = 1024;
+/** A pooled socket idle this long is closed (longer than WEBHOOK_TIMEOUT_MS allows an exchange). */
+const IDLE_SOCKET_MS = 125_000;
+
 export class WebhookSender {
   private readonly agents = new Map<string, http.Agent>();
   private readonly targets = new Map<URL, { module: typeof http | typeof https; options: http.RequestOptions }>();
@@ -136,8 +141,15 @@ export class WebhookSender {
   private agentFor(url: URL): http.Agent {
     let agent = this.agents.get(url.origin);
     if (!agent) {
-      const common = { keepAlive: true, maxSockets: SOCKETS_PER_ORIGIN, maxFreeSockets: SOCKETS_PER_ORIGIN, scheduling: 'lifo' as const };
+      // Idle keep-alive sockets close after IDLE_SOCKET_MS (the agent destroys a free socket that
+      // times out), and the least recently added origin's pool goes once MAX_AGENTS are open.
+      const common = { keepAlive: true, maxSockets: SOCKETS_PER_ORIGIN, maxFreeSockets: SOCKETS_PER_ORIGIN, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS };
       agent = url.protocol === 'https:' ? new https.Agent({ ...common, ca: this.opts.ca ? withSystemRoots(this.opts.ca) : undefined }) : new http.Agent(common);
+      if (this.agents.size >= MAX_AGENTS) {
+        const [oldest, old] = this.agents.entries().next().value!;
+        this.agents.delete(oldest);
+        old.destroy();
+      }
       this.agents.set(url.origin, agent);
     }
     return agent;
