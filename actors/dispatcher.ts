@@ -184,12 +184,19 @@ export class Dispatcher {
     try {
       do {
         this.pumpAgain = false;
+        // Rows whose endpoints could not be read stay in the outbox; the scan goes on past them,
+        // so one tenant's unreachable owner holds up no one else, and they are tried again later.
+        let after: [number | string, string] | undefined;
+        let kept = 0;
         for (;;) {
           if (this.closing) return;
-          const rows = this.store.scan(this.outbox as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: FANOUT_CHUNK });
+          const rows = this.store.scan(this.outbox as Table<unknown>, { prefix: [], after, reverse: false, limit: FANOUT_CHUNK });
           if (!rows.length) break;
-          await this.fanOut(rows.map((r) => r.id));
+          kept += await this.fanOut(rows.map((r) => r.id));
+          const last = rows[rows.length - 1]!;
+          after = [last.v, last.id];
         }
+        if (kept > 0) throw new Error(`${kept} events wait for their endpoints' owner`);
       } while (this.pumpAgain);
       this.pumping = false;
     } catch (err) {
@@ -201,21 +208,39 @@ export class Dispatcher {
     }
   }
 
-  /** Turns outbox rows into deliveries, in one transaction with their removal. */
-  private async fanOut(ids: string[]): Promise<void> {
+  /**
+   * Turns outbox rows into deliveries, in one transaction with their removal. Answers how many
+   * rows it kept because their tenant's endpoints could not be read (an owner not answering).
+   */
+  private async fanOut(ids: string[]): Promise<number> {
     const now = this.host.now();
     const writes: Write<unknown>[] = [];
     const woken = new Map<string, { endpoint: EndpointRecord; items: Item[] }>();
+    const unreadable = new Set<string>();
+    let kept = 0;
     for (const id of ids) {
       const row = this.outbox.get(id);
       if (!row) continue;
-      writes.push({ table: this.outbox as Table<unknown>, id, before: row, after: undefined });
       // An event swept by retention before it was fanned out has nobody left to tell.
       const event = this.events.get(id);
+      let all: EndpointRecord[] = [];
+      if (event && !unreadable.has(event.tenant)) {
+        try {
+          all = await this.endpointsOf(event.tenant);
+        } catch (err) {
+          this.host.log.warn({ err, tenant: event.tenant }, 'webhook endpoints unreadable; the events wait');
+          unreadable.add(event.tenant);
+        }
+      }
+      if (event && unreadable.has(event.tenant)) {
+        kept++;
+        continue;
+      }
+      writes.push({ table: this.outbox as Table<unknown>, id, before: row, after: undefined });
       if (!event) continue;
       const targets = event.endpointId
-        ? (await this.endpointsOf(event.tenant)).filter((e) => e.id === event.endpointId && e.status === 'enabled')
-        : (await this.endpointsOf(event.tenant)).filter((e) => wants(e, event.type));
+        ? all.filter((e) => e.id === event.endpointId && e.status === 'enabled')
+        : all.filter((e) => wants(e, event.type));
       const partition = partitionOf(event.id);
       for (const e of targets) {
         const d: DeliveryRecord = {
@@ -240,9 +265,11 @@ export class Dispatcher {
     // First attempts start while this commit flushes: should it never land, the outbox rows it
     // removes stay, and the fan-out is done again (at least once). Each outcome's commit queues
     // behind it, so an outcome is never stored before its delivery.
+    if (!writes.length) return kept;
     const committed = this.store.commit(writes);
     this.sendFresh(woken);
     await committed;
+    return kept;
   }
 
   /**

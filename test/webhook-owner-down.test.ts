@@ -1,0 +1,97 @@
+// Cluster mode, one node's view: a tenant's endpoints live at another node (its partition), and
+// that owner does not answer. The events of that tenant wait in the outbox, the scan goes past
+// them so other tenants' events are delivered meanwhile, and once the owner answers again the
+// waiting events go out with their original ids.
+
+import anyTest, { type TestFn } from 'ava';
+import { ActorHost } from '../actors/host.js';
+import type { Bus } from '../common/bus.js';
+import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
+import { newSigningSecret } from '../common/webhook-signature.js';
+import type { Command, Result } from '../proto/messages.js';
+import type { EndpointRecord } from '../proto/webhooks.js';
+import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { startReceiver, until } from './helpers/webhook-kit.js';
+
+const test = anyTest as TestFn;
+const LOCAL = 'owner-up';
+const REMOTE = 'owner-down';
+
+async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
+  const r = await p;
+  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
+  return r.value as T;
+}
+
+test('events of a tenant whose endpoints cannot be read wait, without holding up other tenants', async (t) => {
+  const remotePartition = partitionFor(REMOTE);
+  t.not(remotePartition, partitionFor(LOCAL));
+  const owned = new Set(Array.from({ length: PARTITIONS }, (_, i) => i).filter((p) => p !== remotePartition));
+  const receiver = await startReceiver();
+  const remoteEndpoint: EndpointRecord = {
+    id: newId('webhookEndpoint', remotePartition),
+    tenant: REMOTE,
+    version: 1,
+    endpointUrl: `${receiver.url}/remote`,
+    eventTypes: ['order.created'],
+    apiVersion: 'v1',
+    status: 'enabled',
+    description: null,
+    disabledReason: null,
+    secrets: [{ secret: newSigningSecret() }],
+    createdAt: Date.now(),
+    updatedAt: Date.now(),
+  };
+  let ownerUp = false;
+  let asked = 0;
+  const remote: Bus = {
+    send: () => Promise.resolve({ ok: false, error: { code: 'unavailable', detail: 'not used' } }),
+    scatter: () => {
+      asked++;
+      return Promise.resolve(
+        ownerUp ? [{ ok: true, value: { rows: [{ v: 0, record: remoteEndpoint }] } }] : [{ ok: false, error: { code: 'unavailable', detail: 'No node is serving this data right now.' } }],
+      );
+    },
+    close: () => Promise.resolve(),
+  };
+  const dir = await tempDir('webhook-owner-down');
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: owned,
+    mailboxLimit: 1000,
+    log: silentLog(),
+    webhooks: { retrySchedule: [1, 1], timeoutMs: 2000, disableAfterMs: 3600_000, allowPrivateTargets: true, remote },
+  });
+  try {
+    const local = await ok<EndpointRecord>(
+      host.handle({
+        kind: 'webhook.create',
+        tenant: LOCAL,
+        partition: partitionFor(LOCAL),
+        id: newId('webhookEndpoint', partitionFor(LOCAL)),
+        input: { endpointUrl: `${receiver.url}/local`, eventTypes: ['order.created'], apiVersion: 'v1', description: null },
+        secret: newSigningSecret(),
+      } as Command),
+    );
+    t.truthy(local.id);
+    const create = (tenant: string): Promise<unknown> => {
+      const partition = partitionFor(LOCAL); // owned by this node, whatever the tenant
+      const id = newId('order', partition);
+      return ok(host.handle({ kind: 'order.create', tenant, partition, id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+    };
+    // More waiting events than one fan-out chunk, then one that must not wait behind them.
+    for (let i = 0; i < 70; i++) await create(REMOTE);
+    await create(LOCAL);
+    await until('the other tenant is delivered to', () => receiver.got.some((g) => g.path === '/hook/local'), 10_000);
+    t.is(receiver.got.filter((g) => g.path === '/hook/remote').length, 0);
+    t.true(asked > 0);
+
+    ownerUp = true;
+    await until('every waiting event is delivered', () => new Set(receiver.got.filter((g) => g.path === '/hook/remote').map((g) => g.json.id as string)).size === 70, 15_000);
+    t.pass();
+  } finally {
+    await host.close();
+    await receiver.close();
+    await removeDir(dir);
+  }
+});
