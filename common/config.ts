@@ -54,6 +54,12 @@ export function loadConfig(env: Env = process.env): Config {
   if (schedule.some((s) => !/^\d+$/.test(s))) {
     throw new ConfigError('WEBHOOK_RETRY_SCHEDULE must be comma-separated whole seconds');
   }
+  // An event must outlive its deliveries' retries: a retry reads the event it delivers.
+  const eventRetentionDays = int(env, 'EVENT_RETENTION_DAYS', 30, 1, 3650);
+  const retrying = schedule.map(Number).reduce((a, b) => a + b, 0);
+  if (eventRetentionDays * 86_400 < retrying) {
+    throw new ConfigError(`EVENT_RETENTION_DAYS (${eventRetentionDays}) must cover WEBHOOK_RETRY_SCHEDULE, which retries for ${(retrying / 86_400).toFixed(1)} days`);
+  }
   return {
     host: env.HOST || '127.0.0.1',
     port: int(env, 'PORT', 8080, 0, 65535),
@@ -67,7 +73,7 @@ export function loadConfig(env: Env = process.env): Config {
     idempotencyTtlHours: int(env, 'IDEMPOTENCY_TTL_HOURS', 24, 1, 24 * 365),
     operationRetentionHours: int(env, 'OPERATION_RETENTION_HOURS', 24, 1, 24 * 365),
     refundProcessingMs: int(env, 'REFUND_PROCESSING_MS', 500, 0, 600_000),
-    eventRetentionDays: int(env, 'EVENT_RETENTION_DAYS', 30, 1, 3650),
+    eventRetentionDays,
     webhookRetrySchedule: schedule.map(Number),
     webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10000, 100, 120000),
     webhookDisableAfterHours: int(env, 'WEBHOOK_DISABLE_AFTER_HOURS', 120, 1, 24 * 365),

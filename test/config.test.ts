@@ -1,0 +1,27 @@
+// Settings are checked at start (CONTRACT §1): a bad value stops the process with a message
+// naming the variable, before anything listens.
+
+import test from 'ava';
+import { ConfigError, loadConfig } from '../common/config.js';
+
+test('defaults load; REFUND_PROCESSING_MS and the retention settings are read', (t) => {
+  const c = loadConfig({});
+  t.is(c.refundProcessingMs, 500);
+  t.is(c.operationRetentionHours, 24);
+  t.is(c.eventRetentionDays, 30);
+  t.is(loadConfig({ REFUND_PROCESSING_MS: '0' }).refundProcessingMs, 0);
+});
+
+test('a malformed or out-of-range value names its variable', (t) => {
+  for (const [name, value] of [['REFUND_PROCESSING_MS', '-1'], ['REFUND_PROCESSING_MS', '600001'], ['OPERATION_RETENTION_HOURS', '0'], ['EVENT_RETENTION_DAYS', 'x'], ['WEBHOOK_RETRY_SCHEDULE', '5,x']] as const) {
+    const err = t.throws(() => loadConfig({ [name]: value }), { instanceOf: ConfigError });
+    t.regex(err.message, new RegExp(name), `${name}=${value}`);
+  }
+});
+
+test('events must outlive the retries of their deliveries', (t) => {
+  const err = t.throws(() => loadConfig({ EVENT_RETENTION_DAYS: '1', WEBHOOK_RETRY_SCHEDULE: '86400,86400' }), { instanceOf: ConfigError });
+  t.regex(err.message, /EVENT_RETENTION_DAYS \(1\) must cover WEBHOOK_RETRY_SCHEDULE, which retries for 2\.0 days/);
+  t.is(loadConfig({ EVENT_RETENTION_DAYS: '3', WEBHOOK_RETRY_SCHEDULE: '86400,86400' }).eventRetentionDays, 3);
+  t.throws(() => loadConfig({ EVENT_RETENTION_DAYS: '2' }), { instanceOf: ConfigError }, 'the default schedule retries for about 2.8 days');
+});
