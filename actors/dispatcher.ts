@@ -109,7 +109,7 @@ export class Dispatcher {
   private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
   private readonly bodies = new Map<string, string>();
   private readonly urls = new Map<string, URL>();
-  private readonly resolved = new Map<string, { at: number; answer: Promise<Address | string> }>();
+  private readonly resolved = new Map<string, { at: number; answer: Promise<Address[] | string> }>();
   private readonly failing = new Map<string, number>();
   /** When each endpoint last answered 2xx, as this process saw it. */
   private readonly succeeded = new Map<string, number>();
@@ -499,9 +499,9 @@ export class Dispatcher {
         );
       });
     };
-    let targets: ({ url: URL; address: Address } | string)[];
+    let targets: ({ url: URL; addresses: Address[] } | string)[];
     const tasks: SignTask[] = [];
-    const sends: { s: State; d: DeliveryRecord; url: URL; address: Address; body: string }[] = [];
+    const sends: { s: State; d: DeliveryRecord; url: URL; addresses: Address[]; body: string }[] = [];
     try {
       // Each distinct host resolved and checked once for the whole batch.
       targets = await Promise.all(state.map((s) => this.targetOf(s.job.endpoint, now)));
@@ -513,7 +513,7 @@ export class Dispatcher {
         for (const { d, event } of s.job.items) {
           const body = this.bodyOf(event, s.job.endpoint);
           tasks.push({ id: event.id, t, body, secrets });
-          sends.push({ s, d, url: target.url, address: target.address, body });
+          sends.push({ s, d, url: target.url, addresses: target.addresses, body });
         }
       }
     } catch (err) {
@@ -542,7 +542,7 @@ export class Dispatcher {
           // The part's requests, started in one loop.
           for (let i = part.from; i < to; i++) {
             const x = sends[i]!;
-            this.sender.post(x.url, x.address, signatureHeaders(tasks[i]!.id, t, sigs[i - part.from]!), x.body, (res) => outcome(x.s, x.d, res));
+            this.sender.post(x.url, x.addresses, signatureHeaders(tasks[i]!.id, t, sigs[i - part.from]!), x.body, (res) => outcome(x.s, x.d, res));
           }
         },
         (err: unknown) => {
@@ -559,7 +559,7 @@ export class Dispatcher {
    * to one host, one DNS answer). So a DNS change reaches deliveries at most that late; whatever
    * address is used was checked, and the request connects to it (actors/webhook-send.ts pins it).
    */
-  private async targetOf(endpoint: EndpointRecord, now: number): Promise<{ url: URL; address: Address } | string> {
+  private async targetOf(endpoint: EndpointRecord, now: number): Promise<{ url: URL; addresses: Address[] } | string> {
     let url: URL;
     try {
       url = this.urlOf(endpoint);
@@ -572,7 +572,7 @@ export class Dispatcher {
     if (!cached || now - cached.at >= RESOLVE_CACHE_MS || now < cached.at) {
       const at = now;
       const answer = resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(
-        ([address]) => address!,
+        (addresses) => addresses,
         (err: unknown) => {
           if (!(err instanceof TargetRefused)) throw err;
           return `refused target: ${err.message}`;
@@ -586,8 +586,8 @@ export class Dispatcher {
         if (this.resolved.get(key) === cached) this.resolved.delete(key);
       });
     }
-    const address = await cached.answer;
-    return typeof address === 'string' ? address : { url, address };
+    const addresses = await cached.answer;
+    return typeof addresses === 'string' ? addresses : { url, addresses };
   }
 
   /** The endpoint's URL, parsed and checked once per version of the endpoint. */

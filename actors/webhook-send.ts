@@ -50,8 +50,8 @@ export class WebhookSender {
 
   constructor(private readonly opts: SenderOptions) {}
 
-  send(url: URL, address: Address, headers: Record<string, string>, body: string): Promise<SendResult> {
-    return new Promise((resolve) => this.post(url, address, { ...headers }, body, resolve));
+  send(url: URL, addresses: Address[], headers: Record<string, string>, body: string): Promise<SendResult> {
+    return new Promise((resolve) => this.post(url, addresses, { ...headers }, body, resolve));
   }
 
   /**
@@ -59,7 +59,7 @@ export class WebhookSender {
    * these in one loop; the request options of a URL and the lookup of an address are built once.
    * `headers` is taken over (the content headers are added to it).
    */
-  post(url: URL, address: Address, headers: Record<string, string>, body: string, cb: (res: SendResult) => void): void {
+  post(url: URL, addresses: Address[], headers: Record<string, string>, body: string, cb: (res: SendResult) => void): void {
     const started = performance.now();
     const target = this.targetOf(url);
     let settled = false;
@@ -72,7 +72,7 @@ export class WebhookSender {
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(body));
     headers['user-agent'] = 'orders-api-webhooks/1';
-    const req = target.module.request({ ...target.options, lookup: this.lookupOf(address), headers });
+    const req = target.module.request({ ...target.options, lookup: this.lookupOf(addresses), headers });
     const timer = setTimeout(() => {
       done(null, 'timeout');
       req.destroy();
@@ -123,14 +123,20 @@ export class WebhookSender {
     return target;
   }
 
-  /** Connects to the address that passed the check, never to a second DNS answer. */
-  private lookupOf(address: Address): LookupFunction {
-    const key = `${address.family}/${address.address}`;
+  /**
+   * Connects only to addresses that passed the check, never to a second DNS answer. Asked for
+   * all (Node's happy-eyeballs connect), it gives every checked address, so a name with IPv6 and
+   * IPv4 answers still connects from a node with only one of them.
+   */
+  private lookupOf(addresses: Address[]): LookupFunction {
+    const key = addresses.map((a) => `${a.family}/${a.address}`).join(',');
     let lookup = this.lookups.get(key);
     if (!lookup) {
+      const all = addresses.map((a) => ({ address: a.address, family: a.family }));
+      const first = addresses[0]!;
       lookup = (_host, options, cb) => {
-        if (options.all) cb(null, [{ address: address.address, family: address.family }]);
-        else cb(null, address.address, address.family);
+        if (options.all) cb(null, all);
+        else cb(null, first.address, first.family);
       };
       if (this.lookups.size >= 10_000) this.lookups.clear();
       this.lookups.set(key, lookup);

@@ -113,7 +113,7 @@ try {
     const t0 = performance.now();
     await Promise.all(
       Array.from({ length: n }, async (_, i) => {
-        const res = await sender.send(new URL(`${receiver.url}/hook/${i % ENDPOINTS}`), address, {}, sample);
+        const res = await sender.send(new URL(`${receiver.url}/hook/${i % ENDPOINTS}`), [address], {}, sample);
         if (res.status !== 204) throw new Error(`unsigned POST: ${res.status ?? res.error}`);
       }),
     );

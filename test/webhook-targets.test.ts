@@ -142,3 +142,26 @@ test('TLS: a receiver whose certificate chains to the trusted test CA gets signe
     await plain.close();
   }
 });
+
+test('a name with several checked addresses is reached through whichever answers: IPv6 refused, IPv4 taken', async (t) => {
+  // Private targets allowed (development), so loopback is a fine stand-in for a public host; a
+  // name only the injected resolver knows proves the connection uses the checked addresses.
+  const resolver: Resolver = async (host) => {
+    if (host === 'dual.test') return [{ address: '::1', family: 6 }, { address: '127.0.0.1', family: 4 }];
+    throw new Error('ENOTFOUND');
+  };
+  const s = await startWebhookService({ WEBHOOK_ALLOW_PRIVATE_TARGETS: '1' }, { resolver });
+  const r = await startReceiver();
+  try {
+    const c = await s.api.as('dual', WEBHOOK_SCOPES);
+    const port = new URL(r.url).port;
+    const created = await c.post('/v1/webhook-endpoints', { endpointUrl: `http://dual.test:${port}/hook`, eventTypes: ['order.created'] });
+    t.is(created.status, 201, created.text);
+    t.is((await c.post('/v1/orders', { currency: 'EUR' })).status, 201);
+    await until('the delivery', () => r.got.length >= 1, 15_000);
+    t.is(r.got[0]!.headers.host, `dual.test:${port}`, 'the Host is the endpoint URL\'s');
+  } finally {
+    await r.close();
+    await s.close();
+  }
+});
