@@ -168,3 +168,21 @@ test('events and settled deliveries are swept after the retention; pending ones 
     await removeDir(dir);
   }
 });
+
+test('after a rotation the old secret signs until its overlap ends, then only the new one does', async (t) => {
+  const { host, r } = t.context;
+  const e = await setup(t, 'policy-rotate');
+  const target = { tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id };
+  const fresh = newSigningSecret();
+  // The API keeps the old secret 24 h; the command takes the overlap, shortened here.
+  await ok(host.handle({ kind: 'webhook.rotate', ...target, secret: fresh, keepOldMs: 1500 }));
+  const v1Count = (i: number): number => String(r.got[i]!.headers['service-signature']).split(',').filter((p) => p.startsWith('v1=')).length;
+  await order(host, 'policy-rotate');
+  await until('a delivery during the overlap', () => r.got.length >= 1);
+  t.is(v1Count(0), 2, 'both secrets sign during the overlap');
+  await new Promise((done) => setTimeout(done, 1600));
+  await order(host, 'policy-rotate');
+  await until('a delivery after the overlap', () => r.got.length >= 2);
+  t.is(v1Count(1), 1, 'only the new secret signs after it');
+  t.is(String(r.got[1]!.headers['webhook-signature']).split(' ').length, 1);
+});
