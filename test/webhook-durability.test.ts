@@ -3,11 +3,11 @@
 // and restarts on the same DATA_DIR. Every (endpoint, event) pair must then arrive, each event
 // with the id it was given when its write committed (the ids GET /v1/events lists).
 
-import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
+import type { ChildProcess } from 'node:child_process';
 import anyTest, { type TestFn } from 'ava';
 import { HttpClient } from './helpers/client.js';
-import { ROOT, removeDir, tempDir, token } from './helpers/edge-kit.js';
+import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
+import { removeDir, tempDir, token } from './helpers/edge-kit.js';
 import { startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
 
 interface Context {
@@ -17,7 +17,6 @@ interface Context {
 
 const test = anyTest as TestFn<Context>;
 const SECRET = 'webhook-durability-secret-0123456789abcdef';
-const MAIN = join(ROOT, 'dist', 'gateway', 'main.js');
 const ENDPOINTS = 20;
 const ORDERS = 100;
 
@@ -26,42 +25,12 @@ test.before(async (t) => {
 });
 
 test.after.always(async (t) => {
-  for (const child of t.context.children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  killAll(t.context.children);
   await removeDir(t.context.dir);
 });
 
-function start(t: { context: Context }): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, [MAIN], {
-    env: {
-      PATH: process.env.PATH ?? '',
-      PORT: '0',
-      HOST: '127.0.0.1',
-      DATA_DIR: t.context.dir,
-      AUTH_JWT_SECRET: SECRET,
-      LOG_LEVEL: 'error',
-      WEBHOOK_ALLOW_PRIVATE_TARGETS: '1',
-      WEBHOOK_RETRY_SCHEDULE: '1,1,1,1,1',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  t.context.children.add(child);
-  return new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`no listening line:\n${out}`)), 15_000);
-    child.stderr?.on('data', (d: Buffer) => (out = (out + d.toString()).slice(-4000)));
-    child.stdout?.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ child, url: m[1]! });
-      }
-    });
-    child.once('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`exited (${code ?? signal}) before listening:\n${out}`));
-    });
-  });
+function start(t: { context: Context }): Promise<Running> {
+  return startChild(t.context.children, t.context.dir, SECRET, { LOG_LEVEL: 'error', WEBHOOK_ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_RETRY_SCHEDULE: '1,1,1,1,1' });
 }
 
 test.serial('SIGKILL mid-fan-out: after a restart every event reaches every endpoint with its original id', async (t) => {
@@ -85,7 +54,7 @@ test.serial('SIGKILL mid-fan-out: after a restart every event reaches every endp
     );
     await until('the fan-out to start', () => r.got.length >= 100, 30_000);
     run.child.kill('SIGKILL');
-    await new Promise((done) => run.child.once('exit', done));
+    await exited(run.child);
     const before = new Set(r.got.map((g) => `${g.path} ${g.json.id as string}`)).size;
     t.log(`${before} of ${ENDPOINTS * ORDERS} deliveries had arrived at the kill`);
     t.true(before < ENDPOINTS * ORDERS, 'the kill came while deliveries were still pending, so the restart has work to resume');
