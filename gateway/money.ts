@@ -5,6 +5,7 @@
 
 import { ApiError } from '../common/errors.js';
 import type { JsonSchema } from './route.js';
+import type { ApiVersion } from './versions.js';
 
 // ISO 4217 currencies whose minor unit is not 2 decimals. Every other code has 2 (the standard's
 // default for the vast majority); X-codes without a minor unit (XAU, XDR, ...) are listed as 0.
@@ -35,6 +36,11 @@ export function renderMoney(minor: number, currency: string): Money {
   if (exp === 0) return { amount: `${sign}${digits}`, currency };
   const padded = digits.padStart(exp + 1, '0');
   return { amount: `${sign}${padded.slice(0, -exp)}.${padded.slice(-exp)}`, currency };
+}
+
+/** An amount as API version `v` writes it: integer minor units (v1, beside a currency) or a money object (v2). */
+export function moneyFor(minor: number, currency: string, v: ApiVersion): number | Money {
+  return v === 'v1' ? minor : renderMoney(minor, currency);
 }
 
 /** The JSON Schema of a v2 money object as a client writes it (non-negative, at most 3 decimals). */

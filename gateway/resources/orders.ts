@@ -28,7 +28,7 @@ import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew
 import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, UNICODE_TEXT, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering } from '../representation.js';
-import { moneyInputSchema, moneySchema, parseMoney, renderMoney, type Money } from '../money.js';
+import { moneyFor, moneyInputSchema, moneySchema, parseMoney, type Money } from '../money.js';
 import { relink, type ApiVersion } from '../versions.js';
 
 const BASE = '/v1/orders';
@@ -150,10 +150,6 @@ function orderLinks(o: OrderRecord, v: ApiVersion): Record<string, { href: strin
   return links;
 }
 
-/** An amount of the order's currency as version `v` writes it: minor units (v1) or a money object (v2). */
-function amountOf(minor: number, currency: string, v: ApiVersion): number | Money {
-  return v === 'v1' ? minor : renderMoney(minor, currency);
-}
 
 function renderItem(o: OrderRecord, i: ItemRecord, products: Map<string, ProductRecord> | undefined, v: ApiVersion): Record<string, unknown> {
   const base = baseOf(v);
@@ -162,7 +158,7 @@ function renderItem(o: OrderRecord, i: ItemRecord, products: Map<string, Product
     orderId: o.id,
     productId: i.productId,
     quantity: i.quantity,
-    unitPrice: amountOf(i.unitPrice, o.currency, v),
+    unitPrice: moneyFor(i.unitPrice, o.currency, v),
     createdAt: iso(i.createdAt),
     updatedAt: iso(i.updatedAt),
   };
@@ -178,7 +174,7 @@ export function renderOrder(o: OrderRecord, fields: Set<string> | undefined, exp
   const rep: Record<string, unknown> = { id: o.id, status: o.status };
   if (v === 'v1') rep.currency = o.currency;
   Object.assign(rep, {
-    total: amountOf(o.total, o.currency, v),
+    total: moneyFor(o.total, o.currency, v),
     customerId: o.customerId,
     note: o.note,
     metadata: o.metadata,

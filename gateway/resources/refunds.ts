@@ -14,7 +14,7 @@ import { REFUND_SORTS } from '../../actors/refunds.js';
 import { LIST_PARAMS, fieldsParam, invalidParameter, parseFields, project, sortParam, variantOf } from '../collection.js';
 import { problemBody } from '../problem.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
-import { moneyInputSchema, moneySchema, parseMoney, renderMoney, type Money } from '../money.js';
+import { moneyFor, moneyInputSchema, moneySchema, parseMoney, type Money } from '../money.js';
 import { apiVariant, versionPath, type ApiVersion } from '../versions.js';
 import { UNICODE_TEXT, collectionSchema, currencySchema, idParam, iso, linksSchema, plainListPage, problemResponses, target } from './common.js';
 
@@ -82,11 +82,11 @@ const operationSchema: JsonSchema = {
 
 /** A refund as API version `v` writes it: minor units and a currency (v1), or a money object (v2). Links are v1's. */
 export function renderRefund(r: RefundRecord, v: ApiVersion = 'v1'): Record<string, unknown> {
-  const money = v === 'v1' ? { amount: r.amount, currency: r.currency } : { amount: renderMoney(r.amount, r.currency) };
   return {
     id: r.id,
     orderId: r.orderId,
-    ...money,
+    amount: moneyFor(r.amount, r.currency, v),
+    ...(v === 'v1' ? { currency: r.currency } : {}),
     reason: r.reason,
     status: r.status,
     failureReason: r.failureReason,
@@ -152,7 +152,7 @@ export const refundRoutes: RouteDef[] = [
         id: newId('refund', partition),
         orderId,
         operationId: newId('operation', partition),
-        ...amountOf(body.amount),
+        ...amountInput(body.amount),
         reason: body.reason ?? null,
       });
       return operationOutcome(ctx, op, 202);
@@ -223,7 +223,7 @@ export const refundRoutes: RouteDef[] = [
 ];
 
 /** The amount of a start: v1 minor units, or a v2 money object read in the currency it names (checked against the order's by the actor). */
-function amountOf(amount: number | Money | undefined): { amount: number | null; currency?: string } {
+function amountInput(amount: number | Money | undefined): { amount: number | null; currency?: string } {
   if (amount === undefined) return { amount: null };
   if (typeof amount === 'number') return { amount };
   return { amount: parseMoney(amount, amount.currency, '/amount', MAX_REFUND_MINOR), currency: amount.currency };
