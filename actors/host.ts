@@ -9,7 +9,7 @@ import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
 import { partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
-import { Store, type Table, type TableSpec, type Write } from '../storage/store.js';
+import { Store, type IndexKey, type Table, type TableSpec, type Write } from '../storage/store.js';
 import {
   assertNever,
   type Command,
@@ -142,8 +142,8 @@ export class ActorHost implements ActorEndpoint {
   private readonly ttlMs: number;
   private readonly now: () => number;
   private readonly sweeper: NodeJS.Timeout;
-  private sweeping = false;
-  private sweepingOperations = false;
+  /** Tables a sweep is running over. */
+  private readonly sweeping = new Set<string>();
   private closing = false;
   readonly stats = new Map<string, Stat>();
 
@@ -314,81 +314,62 @@ export class ActorHost implements ActorEndpoint {
   }
 
   /**
-   * Forgets Idempotency-Keys past their expiry, each in its key's turn, a bounded chunk at a time
-   * (one transaction each) until none is due, so the sweep keeps up with any write rate.
+   * Forgets Idempotency-Keys past their expiry, each in its key's turn (an expired key is ignored
+   * on read meanwhile).
    */
-  async sweepIdempotency(): Promise<number> {
-    if (this.sweeping) return 0;
-    this.sweeping = true;
-    let removed = 0;
-    try {
-      for (;;) {
-        const now = this.now();
-        const due = this.store.scan(this.idem as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: SWEEP_BATCH });
-        const work: Promise<Result<unknown>>[] = [];
-        for (const { v, id } of due) {
-          if (typeof v !== 'number' || v > now) break;
-          work.push(
-            this.enqueue(idemBox(id), async () => {
-              const rec = this.idem.get(id);
-              if (!rec || rec.expiresAt > now) return { ok: true, value: false };
-              try {
-                await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
-                return { ok: true, value: true };
-              } catch (err) {
-                // The next sweep tries again; an expired key is ignored on read meanwhile.
-                this.opts.log.warn({ err }, 'idempotency sweep could not remove a key');
-                return { ok: true, value: false };
-              }
-            }),
-          );
-        }
-        const results = await Promise.all(work);
-        const gone = results.filter((r) => r.ok && r.value === true).length;
-        removed += gone;
-        // A short chunk was the last; a chunk that removed nothing (every key busy) waits for the next tick.
-        if (work.length < SWEEP_BATCH || gone === 0 || this.closing) return removed;
-      }
-    } finally {
-      this.sweeping = false;
-    }
+  sweepIdempotency(): Promise<number> {
+    return this.sweepDue(this.idem as Table<unknown>, [], (id, now) =>
+      this.enqueue(idemBox(id), async () => {
+        const rec = this.idem.get(id);
+        if (!rec || rec.expiresAt > now) return { ok: true, value: false };
+        await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
+        return { ok: true, value: true };
+      }).then((r) => r.ok && r.value === true),
+    );
+  }
+
+  /** Removes finished operations past OPERATION_RETENTION_HOURS, each in its order's turn; the refund itself stays. */
+  sweepOperations(): Promise<number> {
+    return this.sweepDue(this.refundTables.operations as Table<unknown>, ['done'], (id) => this.sweepOperation(id));
   }
 
   /**
-   * Removes finished operations past OPERATION_RETENTION_HOURS, each in its order's turn, a
-   * bounded chunk per pass; the refund itself stays.
+   * Removes the entries of `table` whose index value under `prefix` (an expiry) has passed, each
+   * by `remove` in its own turn, a bounded chunk at a time until none is due, so a sweep keeps up
+   * with any rate. A chunk that removed nothing (every key busy) waits for the next tick; a
+   * failed removal is logged and tried again by the next sweep. One sweep per table at a time.
    */
-  async sweepOperations(): Promise<number> {
-    if (this.sweepingOperations) return 0;
-    this.sweepingOperations = true;
+  private async sweepDue(table: Table<unknown>, prefix: IndexKey, remove: (id: string, now: number) => Promise<boolean>): Promise<number> {
+    const name = table.spec.name;
+    if (this.sweeping.has(name)) return 0;
+    this.sweeping.add(name);
     let removed = 0;
     try {
-      // Chunk after chunk until none is due, so the sweep keeps up with any rate of refunds.
       while (!this.closing) {
         const now = this.now();
-        const due = this.store
-          .scan(this.refundTables.operations as Table<unknown>, { prefix: ['done'], after: undefined, reverse: false, limit: SWEEP_BATCH })
-          .filter(({ v }) => typeof v === 'number' && v <= now);
-        const gone = await Promise.all(due.map(({ id }) => this.sweepOperation(id)));
+        const due = this.store.scan(table, { prefix, after: undefined, reverse: false, limit: SWEEP_BATCH }).filter(({ v }) => typeof v === 'number' && v <= now);
+        const gone = await Promise.all(
+          due.map(({ id }) =>
+            remove(id, now).catch((err: unknown) => {
+              this.opts.log.warn({ err, table: name }, 'a sweep could not remove an expired entry');
+              return false;
+            }),
+          ),
+        );
         const count = gone.filter(Boolean).length;
         removed += count;
         if (due.length < SWEEP_BATCH || count === 0) break;
       }
       return removed;
     } finally {
-      this.sweepingOperations = false;
+      this.sweeping.delete(name);
     }
   }
 
   private async sweepOperation(id: string): Promise<boolean> {
     const op = this.refundTables.operations.get(id);
     if (!op) return false;
-    try {
-      return (await this.internalTurn(op.orderId, 'operation.sweep', (at) => planOperationSweep(id, this.refundTables, at))) !== undefined;
-    } catch (err) {
-      this.opts.log.warn({ err }, 'operation sweep could not remove an operation');
-      return false;
-    }
+    return (await this.internalTurn(op.orderId, 'operation.sweep', (at) => planOperationSweep(id, this.refundTables, at))) !== undefined;
   }
 
   /** Operations still running in the background on this node. */
