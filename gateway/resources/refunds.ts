@@ -13,7 +13,7 @@ import type { OperationRecord, RefundRecord } from '../../proto/messages.js';
 import { REFUND_SORTS } from '../../actors/refunds.js';
 import { LIST_PARAMS, fieldsParam, invalidParameter, parseFields, project, sortParam, variantOf } from '../collection.js';
 import { problemBody } from '../problem.js';
-import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type QueryParam, type RouteDef, principalOf, route } from '../route.js';
 import { moneyFor, moneyInputSchema, moneySchema, parseMoney, type Money } from '../money.js';
 import { apiVariant, versionPath, type ApiVersion } from '../versions.js';
 import { UNICODE_TEXT, collectionSchema, currencySchema, idParam, iso, linksSchema, plainListPage, problemResponses, target } from './common.js';
@@ -125,6 +125,16 @@ function operationOutcome(ctx: Ctx, op: OperationRecord, status: number): Outcom
   return out;
 }
 
+/** The list's query parameters; only the fields allow-list differs by version. */
+function listQuery(v: ApiVersion): Record<string, QueryParam> {
+  return {
+    orderId: { description: 'Only the refunds of this order.', schema: { type: 'string', maxLength: 64 } },
+    sort: sortParam(REFUND_SORTS, '-createdAt'),
+    fields: fieldsParam(refundFields(v)),
+    ...LIST_PARAMS,
+  };
+}
+
 export const refundRoutes: RouteDef[] = [
   route({
     method: 'POST',
@@ -166,16 +176,8 @@ export const refundRoutes: RouteDef[] = [
     summary: 'List refunds, newest first; `orderId` keeps one order\'s.',
     tag: 'refunds',
     scope: 'refunds:read',
-    query: {
-      orderId: { description: 'Only the refunds of this order.', schema: { type: 'string', maxLength: 64 } },
-      sort: sortParam(REFUND_SORTS, '-createdAt'),
-      fields: fieldsParam(REFUND_FIELDS),
-      ...LIST_PARAMS,
-    },
-    v2: {
-      query: { orderId: { description: 'Only the refunds of this order.', schema: { type: 'string', maxLength: 64 } }, sort: sortParam(REFUND_SORTS, '-createdAt'), fields: fieldsParam(REFUND_FIELDS_V2), ...LIST_PARAMS },
-      response: collectionSchema(refundSchemaV2),
-    },
+    query: listQuery('v1'),
+    v2: { query: listQuery('v2'), response: collectionSchema(refundSchemaV2) },
     responses: { 200: 'A page of refunds.', ...problemResponses(400) },
     response: collectionSchema(refundSchema),
     handle(ctx) {
