@@ -96,7 +96,10 @@ export class Store {
    */
   async commit(writes: Write<unknown>[]): Promise<void> {
     if (this.closed) throw new Error('store is closed');
-    const committed = this.root.transaction(() => {
+    // A child transaction of lmdb-js's batch: if apply throws halfway (a key LMDB refuses), the
+    // writes made so far are rolled back. A plain transaction() callback shares the batch's
+    // transaction, and what it wrote before throwing would be committed with the rest.
+    const committed = this.root.childTransaction(() => {
       for (const w of writes) this.apply(w);
     });
     // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
