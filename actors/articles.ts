@@ -59,6 +59,7 @@ function mergeTranslations(base: Record<string, Translation>, patch: ArticlePatc
 export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
   table: {
     name: 'articles',
+    cached: true,
     indexKeys: (a) => [[a.tenant, '*', 'createdAt', a.createdAt, a.id], ...a.tags.map((tag) => [a.tenant, tagFilter(tag), 'createdAt', a.createdAt, a.id])],
   },
 

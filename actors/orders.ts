@@ -77,6 +77,7 @@ function replaceWith(input: OrderInput): Partial<OrderRecord> {
 export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
   table: {
     name: 'orders',
+    cached: true,
     indexKeys: (o) => {
       const keys: (string | number)[][] = [];
       for (const status of [o.status, '*']) {

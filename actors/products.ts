@@ -11,6 +11,7 @@ type ProductCommand = CommandOf<'product.create' | 'product.get' | 'product.patc
 export const productActor: ActorDef<ProductRecord, ProductCommand> = {
   table: {
     name: 'products',
+    cached: true,
     indexKeys: (p) => [
       [p.tenant, '*', 'createdAt', p.createdAt, p.id],
       [p.tenant, '*', 'price', p.price, p.id],

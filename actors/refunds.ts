@@ -32,6 +32,7 @@ export interface RefundTables {
 export const refundActor: ActorDef<RefundRecord, CommandOf<'refund.get'>> = {
   table: {
     name: 'refunds',
+    cached: true,
     indexKeys: (r) => [
       [r.tenant, r.orderId, 'createdAt', r.createdAt, r.id],
       [r.tenant, '*', 'createdAt', r.createdAt, r.id],
@@ -47,6 +48,7 @@ const terminal = (op: OperationRecord): boolean => op.status === 'succeeded' || 
 export const operationActor: ActorDef<OperationRecord, CommandOf<'operation.get'>> = {
   table: {
     name: 'operations',
+    cached: true,
     // Unfinished ones are found at start to be resumed; finished ones by when they are swept.
     indexKeys: (op) => (terminal(op) ? [['done', op.expiresAt ?? 0, op.id]] : [['open', op.createdAt, op.id]]),
   },

@@ -19,6 +19,7 @@ export const byUser = (userId: string): string => `user:${userId}`;
 export const teamActor: ActorDef<TeamRecord, CommandOf<'team.get'>> = {
   table: {
     name: 'teams',
+    cached: true,
     indexKeys: (t) => [
       [t.tenant, '*', 'createdAt', t.createdAt, t.id],
       [t.tenant, '*', 'name', t.name, t.id],
@@ -32,6 +33,7 @@ export const teamActor: ActorDef<TeamRecord, CommandOf<'team.get'>> = {
 export const memberActor: ActorDef<MembershipRecord, CommandOf<'member.get'>> = {
   table: {
     name: 'memberships',
+    cached: true,
     indexKeys: (m) => [
       [m.tenant, m.teamId, 'joinedAt', m.joinedAt, m.id],
       [m.tenant, byUser(m.userId), 'joinedAt', m.joinedAt, m.id],

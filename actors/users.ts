@@ -36,6 +36,7 @@ type UserWrite = CommandOf<'user.create' | 'user.replace' | 'user.patch' | 'user
 export const userActor: ActorDef<UserRecord, CommandOf<'user.get'> | UserWrite> = {
   table: {
     name: 'users',
+    cached: true,
     indexKeys: (u) => [
       [u.tenant, '*', 'createdAt', u.createdAt, u.id],
       [u.tenant, '*', 'email', u.email.toLowerCase(), u.id],
@@ -112,14 +113,10 @@ export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: 
 }
 
 /** The users of `ids` the caller's tenant has, in the order asked, each once. */
-export function batchGetUsers(tenant: string, ids: string[], users: Table<UserRecord>): UserRecord[] {
-  const out: UserRecord[] = [];
-  const seen = new Set<string>();
-  for (const id of ids) {
-    if (seen.has(id)) continue;
-    seen.add(id);
+/** One slot per id, in order: the tenant's user by that id, or null. The ids are distinct. */
+export function batchGetUsers(tenant: string, ids: string[], users: Table<UserRecord>): (UserRecord | null)[] {
+  return ids.map((id) => {
     const u = users.get(id);
-    if (u && u.tenant === tenant && u.id === id) out.push(u);
-  }
-  return out;
+    return u && u.tenant === tenant && u.id === id ? u : null;
+  });
 }

@@ -348,8 +348,8 @@ function serialize(outcome: Outcome, version: ApiVersion, api: string): string {
 }
 
 /** Text a handler assembled (a page of cached renderings) moved under the request's version. */
-function versionedText(text: string, outcome: Outcome, version: ApiVersion): string {
-  return version === 'v1' || outcome.versioned ? text : JSON.stringify(relink(JSON.parse(text), version));
+function versionedText(text: string | Buffer, outcome: Outcome, version: ApiVersion): string | Buffer {
+  return version === 'v1' || outcome.versioned ? text : JSON.stringify(relink(JSON.parse(text.toString()), version));
 }
 
 function notModified(headers: Record<string, string>, tag: string): GatewayResponse {

@@ -48,12 +48,31 @@ const RENDERINGS_BUDGET_CHARS = 8 * 1024 * 1024;
 const RENDERING_MAX_CHARS = 16 * 1024;
 let renderingsChars = 0;
 
-export function cachedRendering(key: string, version: number, variant: string, render: () => unknown): string {
+// The last rendering of a record the store shares, on the record itself: a frozen record is one
+// version of one resource, and lives only as long as the store's record cache keeps it. Found
+// by identity, it costs no key to build or hash (a batch-get of 100 users looks up 100). Its
+// UTF-8 bytes are kept too once asked for, so a batch answer is a copy of bytes, not an encoding.
+const owned = new WeakMap<object, { variant: string; json: string; bytes?: Buffer }>();
+
+/**
+ * The JSON text of one version of a resource in one variant. `record`, when given, is the
+ * record rendered; a frozen one (shared by the store, so never changed) also keeps its rendering.
+ */
+export function cachedRendering(key: string, version: number, variant: string, render: () => unknown, record?: object): string {
+  const mine = record !== undefined && Object.isFrozen(record) ? record : undefined;
+  if (mine !== undefined) {
+    const own = owned.get(mine);
+    if (own !== undefined && own.variant === variant) return own.json;
+  }
   const k = `${key}|${version}|${variant}`;
   const hit = renderings.get(k);
-  if (hit !== undefined) return hit;
+  if (hit !== undefined) {
+    if (mine !== undefined) owned.set(mine, { variant, json: hit });
+    return hit;
+  }
   const json = JSON.stringify(render());
   if (json.length <= RENDERING_MAX_CHARS) {
+    if (mine !== undefined) owned.set(mine, { variant, json });
     renderings.set(k, json);
     renderingsChars += json.length + k.length;
     while (renderingsChars > RENDERINGS_BUDGET_CHARS) {
@@ -63,6 +82,16 @@ export function cachedRendering(key: string, version: number, variant: string, r
     }
   }
   return json;
+}
+
+/** cachedRendering as UTF-8 bytes: kept beside the text for a record the store shares. */
+export function cachedRenderingBytes(key: string, version: number, variant: string, render: () => unknown, record: object): Buffer {
+  const own = owned.get(record);
+  if (own?.bytes !== undefined && own.variant === variant) return own.bytes;
+  const bytes = Buffer.from(cachedRendering(key, version, variant, render, record));
+  const kept = owned.get(record);
+  if (kept !== undefined && kept.variant === variant) kept.bytes = bytes;
+  return bytes;
 }
 
 export function contentTag(bytes: Buffer | string, media: MediaType, coding: Coding): string {
@@ -93,7 +122,7 @@ export function parseIfMatch(header: string | undefined): IfMatch {
   return versions;
 }
 
-export async function encodeBody(body: string, coding: Coding): Promise<{ bytes: Buffer | string; coding: Coding }> {
+export async function encodeBody(body: string | Buffer, coding: Coding): Promise<{ bytes: Buffer | string; coding: Coding }> {
   if (coding === 'identity' || Buffer.byteLength(body) < COMPRESS_MIN_BYTES) return { bytes: body, coding: 'identity' };
   if (body.length <= SYNC_COMPRESS_MAX_BYTES) {
     return { bytes: coding === 'br' ? brotliCompressSync(body, BROTLI_OPTS) : gzipSync(body), coding };

@@ -48,8 +48,11 @@ export interface Outcome {
   render?: () => unknown;
   /** Names the resource for the rendering cache; the tag's version and variant complete the key. */
   cacheKey?: string;
-  /** Already-rendered text (documentation pages, JSON assembled from cached renderings). */
-  text?: string;
+  /**
+   * Already-rendered text (documentation pages, JSON assembled from cached renderings), as a
+   * string or its UTF-8 bytes.
+   */
+  text?: string | Buffer;
   /**
    * version: a strong tag from the resource version and this variant; fingerprint: a hash of
    * something that determines the bytes (a page's ids, versions and links); content: a hash of

@@ -356,7 +356,7 @@ export interface ReplyMap extends WebhookReplies {
   'user.patch': UserRecord;
   'user.delete': null;
   /** The users found, in the order asked; ids that name none are left out. */
-  'user.batchGet': UserRecord[];
+  'user.batchGet': (UserRecord | null)[];
   'user.list': ListPage<UserRecord>;
   'team.create': TeamRecord;
   'team.get': TeamRecord;

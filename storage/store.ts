@@ -14,6 +14,11 @@ export interface TableSpec<T> {
   name: string;
   /** Every index key the record should have; recomputed and diffed on each write. */
   indexKeys(record: T): IndexKey[];
+  /**
+   * Keep recently read records decoded in memory (the resources clients read: orders, users,
+   * ...). Tables mostly written and seldom read again (events, deliveries, keys) leave it off.
+   */
+  cached?: boolean;
 }
 
 export interface Write<T> {
@@ -41,15 +46,70 @@ const MAP_SIZE = 256 * 1024 ** 3;
 // MAXIMUM_KEY, above every value it encodes (ordered-binary README).
 const HIGH = Buffer.from([0xff]);
 
+/**
+ * Encoded bytes of records a cached table keeps decoded. About 3,000 orders or 7,000 users; the
+ * decoded objects take a few times their encoded size, so a table holds a few MB at most.
+ */
+export const RECORD_CACHE_BYTES = 1024 * 1024;
+
+interface Cached<T> {
+  record: T;
+  bytes: number;
+}
+
 export class Table<T> {
+  // Recently read records, decoded and frozen, in insertion order (oldest evicted first). Only
+  // this process writes its LMDB file (one node per DATA_DIR, static partitions), and every write
+  // goes through Store.apply, which drops the entry, so an entry is never older than LMDB.
+  private readonly cache = new Map<string, Cached<T>>();
+  private cachedBytes = 0;
+
   constructor(
     readonly spec: TableSpec<T>,
     readonly db: Database<T, string>,
   ) {}
 
+  /**
+   * The committed record, or undefined. A record from a cached table is frozen (deeply) and may
+   * be shared by every reader: derive a new object, never change it.
+   */
   get(id: string): T | undefined {
-    return this.db.get(id);
+    if (!this.spec.cached) return this.db.get(id);
+    const hit = this.cache.get(id);
+    if (hit !== undefined) return hit.record;
+    const record = this.db.get(id);
+    if (record === undefined) return undefined;
+    // lmdb-js leaves the size of the value it just read in `lastSize`.
+    const bytes = (this.db as unknown as { lastSize: number }).lastSize;
+    if (bytes > RECORD_CACHE_BYTES / 16) return deepFreeze(record);
+    this.cache.set(id, { record: deepFreeze(record), bytes });
+    this.cachedBytes += bytes;
+    while (this.cachedBytes > RECORD_CACHE_BYTES) {
+      const [oldest, entry] = this.cache.entries().next().value!;
+      this.cache.delete(oldest);
+      this.cachedBytes -= entry.bytes;
+    }
+    return record;
   }
+
+  /** Encoded bytes of the records this table keeps decoded (at most RECORD_CACHE_BYTES). */
+  get cacheBytes(): number {
+    return this.cachedBytes;
+  }
+
+  /** Forgets a record about to change (and again once the change is visible to reads). */
+  forget(id: string): void {
+    const entry = this.cache.get(id);
+    if (entry === undefined) return;
+    this.cache.delete(id);
+    this.cachedBytes -= entry.bytes;
+  }
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value !== 'object' || value === null || Object.isFrozen(value) || ArrayBuffer.isView(value)) return value;
+  for (const member of Object.values(value)) deepFreeze(member);
+  return Object.freeze(value);
 }
 
 export class Store {
@@ -106,7 +166,12 @@ export class Store {
     // pending when `then` is called: call it now, while that is ours. Awaited after the commit
     // it would name whatever batch came next, and every write would wait one more fsync.
     const flushed = this.root.flushed.then(() => undefined);
-    await committed;
+    try {
+      await committed;
+    } finally {
+      // A read between apply and commit saw the record as it was, and may have cached it.
+      for (const w of writes) w.table.forget(w.id);
+    }
     await flushed;
   }
 
@@ -119,6 +184,7 @@ export class Store {
     // Inside a transaction callback the *Sync forms write to that transaction.
     for (const k of oldKeys) if (!fresh.has(keyString(k))) this.index.removeSync([table.spec.name, ...k]);
     for (const k of newKeys) if (!stale.has(keyString(k))) this.index.putSync([table.spec.name, ...k], 1);
+    table.forget(id);
     if (after === undefined) table.db.removeSync(id);
     else table.db.putSync(id, after);
   }

@@ -1,7 +1,8 @@
-// storage/store.ts against real LMDB.
+// storage/store.ts against real LMDB: transactions are all or nothing, and the record cache
+// answers from memory, but never a record older than what LMDB holds, nor more than its budget.
 
 import test from 'ava';
-import { Store, type TableSpec } from '../storage/store.js';
+import { RECORD_CACHE_BYTES, Store, type TableSpec } from '../storage/store.js';
 import { removeDir, tempDir } from './helpers/edge-kit.js';
 
 interface Doc {
@@ -11,7 +12,8 @@ interface Doc {
   tags: string[];
 }
 
-const DOCS: TableSpec<Doc> = { name: 'docs', indexKeys: () => [] };
+const DOCS: TableSpec<Doc> = { name: 'docs', cached: true, indexKeys: () => [] };
+const PLAIN: TableSpec<Doc> = { name: 'plain', indexKeys: () => [] };
 const doc = (id: string, version: number, note = 'n'): Doc => ({ id, version, note, tags: ['a'] });
 
 async function withStore(t: { teardown(fn: () => Promise<void>): void }): Promise<Store> {
@@ -37,4 +39,75 @@ test('a commit that fails halfway writes nothing', async (t) => {
     ]),
   );
   t.is(docs.get('d1')!.version, 1);
+});
+
+test('a cached record is frozen to its members, so a reader cannot change what others read', async (t) => {
+  const store = await withStore(t);
+  const docs = store.table(DOCS);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: doc('d1', 1) }]);
+  const read = docs.get('d1')!;
+  t.is(docs.get('d1'), read, 'the second read is the same object, from memory');
+  t.throws(() => {
+    (read as { note: string }).note = 'changed';
+  });
+  t.throws(() => {
+    read.tags.push('b');
+  });
+  t.deepEqual(docs.get('d1'), doc('d1', 1));
+});
+
+test('every write replaces what the cache holds: updates and deletes are read at once', async (t) => {
+  const store = await withStore(t);
+  const docs = store.table(DOCS);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: doc('d1', 1) }]);
+  const v1 = docs.get('d1')!;
+  await store.commit([{ table: docs, id: 'd1', before: v1, after: doc('d1', 2, 'second') }]);
+  t.is(docs.get('d1')?.note, 'second');
+  await store.commit([{ table: docs, id: 'd1', before: docs.get('d1'), after: undefined }]);
+  t.is(docs.get('d1'), undefined);
+});
+
+test('a read while a write commits sees the old record, and the new one once the write is done', async (t) => {
+  const store = await withStore(t);
+  const docs = store.table(DOCS);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: doc('d1', 1) }]);
+  const v1 = docs.get('d1')!;
+  for (let i = 2; i < 12; i++) {
+    let done = false;
+    const writing = store.commit([{ table: docs, id: 'd1', before: v1, after: doc('d1', i) }]).then(() => (done = true));
+    // Reads all through the commit (before it is applied, between apply and commit, after) cache
+    // whatever LMDB answers then; the commit must not leave an old one behind.
+    while (!done) {
+      const during = docs.get('d1')!.version;
+      t.true(during === i - 1 || during === i, `read ${during} while writing ${i}`);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await writing;
+    t.is(docs.get('d1')!.version, i);
+  }
+});
+
+test('the cache keeps at most its byte budget, oldest out first; an uncached table returns fresh objects', async (t) => {
+  const store = await withStore(t);
+  const docs = store.table(DOCS);
+  const plain = store.table(PLAIN);
+  const big = 'x'.repeat(2000);
+  const count = Math.ceil((3 * RECORD_CACHE_BYTES) / 2000);
+  for (let i = 0; i < count; i += 500) {
+    const writes = [];
+    for (let j = i; j < Math.min(count, i + 500); j++) writes.push({ table: docs, id: `d${j}`, before: undefined, after: doc(`d${j}`, 1, big) });
+    await store.commit(writes);
+  }
+  for (let i = 0; i < count; i++) t.is(docs.get(`d${i}`)!.id, `d${i}`);
+  t.true(docs.cacheBytes > RECORD_CACHE_BYTES / 2, `${docs.cacheBytes} bytes kept`);
+  t.true(docs.cacheBytes <= RECORD_CACHE_BYTES, `${docs.cacheBytes} bytes kept`);
+  const last = docs.get(`d${count - 1}`);
+  t.is(docs.get(`d${count - 1}`), last, 'the newest read is still kept');
+  t.is(docs.get('d0')?.id, 'd0', 'an evicted record is read again from LMDB');
+
+  await store.commit([{ table: plain, id: 'p1', before: undefined, after: doc('p1', 1) }]);
+  const a = plain.get('p1')!;
+  t.not(plain.get('p1'), a);
+  t.false(Object.isFrozen(a));
+  t.is(plain.cacheBytes, 0);
 });

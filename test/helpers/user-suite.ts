@@ -75,6 +75,13 @@ export function registerUserSuite(test: TestFn<SuiteContext>): void {
     t.deepEqual(res.json.data.map((u: { id: string }) => u.id), [ids[2], ids[0]]);
     t.deepEqual(res.json.notFound, ['usr_nope', foreign]);
     t.is(res.json.data[0].email, 'z@a.io');
+    // What is read is the user as it is now: after a change, and after a delete.
+    t.is((await c.patch(`/v1/users/${ids[0]}`, { name: 'Renamed' })).status, 200);
+    t.is((await c.delete(`/v1/users/${ids[1]}`)).status, 204);
+    const again = await c.post('/v1/users/batch-get', { ids: [ids[0], ids[1], 'ord_00000000000000000000000', '../x'] });
+    t.is(again.status, 200, again.text);
+    t.deepEqual(again.json.data.map((u: { id: string; name: string }) => [u.id, u.name]), [[ids[0], 'Renamed']]);
+    t.deepEqual(again.json.notFound, [ids[1], 'ord_00000000000000000000000', '../x']);
     assertProblem(t, await c.post('/v1/users/batch-get', { ids: Array.from({ length: 101 }, (_, i) => `usr_${i}`) }), 413, 'payload-too-large');
     assertProblem(t, await c.post('/v1/users/batch-get', { ids: [] }), 422, 'validation-failed');
   });
