@@ -88,9 +88,14 @@ export function cachedRendering(key: string, version: number, variant: string, r
 export function cachedRenderingBytes(key: string, version: number, variant: string, render: () => unknown, record: object): Buffer {
   const own = owned.get(record);
   if (own?.bytes !== undefined && own.variant === variant) return own.bytes;
-  const bytes = Buffer.from(cachedRendering(key, version, variant, render, record));
+  const json = cachedRendering(key, version, variant, render, record);
   const kept = owned.get(record);
-  if (kept !== undefined && kept.variant === variant) kept.bytes = bytes;
+  if (kept === undefined || kept.variant !== variant) return Buffer.from(json);
+  // Kept bytes get memory of their own: a small Buffer.from is a slice of an 8 KiB pool block,
+  // and one kept slice would keep its whole block alive.
+  const bytes = Buffer.allocUnsafeSlow(Buffer.byteLength(json));
+  bytes.write(json);
+  kept.bytes = bytes;
   return bytes;
 }
 

@@ -355,7 +355,7 @@ export interface ReplyMap extends WebhookReplies {
   'user.replace': UserRecord;
   'user.patch': UserRecord;
   'user.delete': null;
-  /** The users found, in the order asked; ids that name none are left out. */
+  /** One slot per id asked, in order: the user, or null where the id names none. */
   'user.batchGet': (UserRecord | null)[];
   'user.list': ListPage<UserRecord>;
   'team.create': TeamRecord;

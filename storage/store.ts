@@ -160,7 +160,12 @@ export class Store {
     // writes made so far are rolled back. A plain transaction() callback shares the batch's
     // transaction, and what it wrote before throwing would be committed with the rest.
     const committed = this.root.childTransaction(() => {
-      for (const w of writes) this.apply(w);
+      try {
+        for (const w of writes) this.apply(w);
+      } catch (err) {
+        this.forgetUnsavedShapes();
+        throw err;
+      }
     });
     // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
     // pending when `then` is called: call it now, while that is ours. Awaited after the commit
@@ -173,6 +178,21 @@ export class Store {
       for (const w of writes) w.table.forget(w.id);
     }
     await flushed;
+  }
+
+  /**
+   * msgpackr stores each new record shape (its member names) once, inside the transaction that
+   * first encodes it, and from then on believes it stored. When that transaction is rolled back
+   * the shape is gone from LMDB, yet later records would be written pointing at it and read back
+   * wrong after a restart. Marked uninitialized, each encoder reloads the stored shapes before
+   * its next record (msgpackr does the same when a save of its own fails). Called before the
+   * rollback, so the reload, on the next encode, sees LMDB without this transaction's shapes.
+   */
+  private forgetUnsavedShapes(): void {
+    for (const table of this.tables.values()) {
+      const structures = (table.db as unknown as { encoder?: { structures?: { uninitialized?: boolean } } }).encoder?.structures;
+      if (structures) structures.uninitialized = true;
+    }
   }
 
   private apply<T>(w: Write<T>): void {

@@ -111,3 +111,31 @@ test('the cache keeps at most its byte budget, oldest out first; an uncached tab
   t.false(Object.isFrozen(a));
   t.is(plain.cacheBytes, 0);
 });
+
+test('a record shape first seen in a failed commit is stored with the next record of that shape', async (t) => {
+  const dir = await tempDir('store-shapes');
+  t.teardown(() => removeDir(dir));
+  let store = Store.open(dir);
+  let docs = store.table(PLAIN);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: doc('d1', 1) }]);
+  // A new shape (member names msgpackr stores once, as a shared structure) in a commit that fails.
+  const shaped = (id: string): Doc => ({ ...doc(id, 1), colour: 'red', size: 3 }) as Doc;
+  await t.throwsAsync(
+    store.commit([
+      { table: docs, id: 'd2', before: undefined, after: shaped('d2') },
+      { table: docs, id: 'k'.repeat(4000), before: undefined, after: doc('k', 1) },
+    ]),
+  );
+  await store.commit([{ table: docs, id: 'd3', before: undefined, after: shaped('d3') }]);
+  await store.close();
+  // Read back by a fresh process's view of the file: the shape must have been stored durably.
+  store = Store.open(dir);
+  docs = store.table(PLAIN);
+  try {
+    t.deepEqual(docs.get('d3'), shaped('d3'));
+    t.is(docs.get('d2'), undefined);
+    t.deepEqual(docs.get('d1'), doc('d1', 1));
+  } finally {
+    await store.close();
+  }
+});

@@ -52,6 +52,11 @@ export interface LoadResult {
   serverCpuPct?: number;
   /** The same, per process, when the server is several (cluster mode). */
   cpuByProcess?: Record<string, number>;
+  /**
+   * Server CPU per answered request, in µs: the cost of a request, which other load on the
+   * machine changes much less than it changes the rate.
+   */
+  serverCpuUsPerRequest?: number;
 }
 
 let chosen: GeneratorName | undefined;
@@ -74,8 +79,10 @@ export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
   const wall = Number(process.hrtime.bigint() - t0) / 1e9;
   const alive = procs.every((p) => existsSync(`/proc/${p.pid}`));
   if (procs.length > 0 && alive) {
-    const pct = procs.map((p, i) => Math.round(((cpuSeconds(p.pid) - (before[i] ?? 0)) / wall) * 100));
+    const used = procs.map((p, i) => cpuSeconds(p.pid) - (before[i] ?? 0));
+    const pct = used.map((u) => Math.round((u / wall) * 100));
     result.serverCpuPct = pct.reduce((a, b) => a + b, 0);
+    if (result.requests > 0) result.serverCpuUsPerRequest = (used.reduce((a, b) => a + b, 0) * 1e6) / result.requests;
     if (procs.length > 1) result.cpuByProcess = Object.fromEntries(procs.map((p, i) => [p.name, pct[i] ?? 0]));
   }
   return result;

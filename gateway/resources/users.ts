@@ -134,7 +134,8 @@ export const userRoutes: RouteDef[] = [
       const notFound: string[] = [];
       for (let i = 0; i < ids.length; i++) {
         const u = found[i];
-        if (!u) {
+        // The id check keeps an answer from ever naming another id's user in a wrong slot.
+        if (!u || u.id !== ids[i]) {
           notFound.push(ids[i]!);
           continue;
         }
