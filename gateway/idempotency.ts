@@ -6,6 +6,7 @@
 
 import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
+import { deepFreeze } from '../common/freeze.js';
 import { partitionFor } from '../common/ids.js';
 import type { IdemTag, Result } from '../proto/messages.js';
 import type { GatewayRequest } from './http-types.js';
@@ -101,7 +102,8 @@ export class ReplayCache {
     }
     // Never past the owner's expiry of the key: after it, the owner would run the request anew.
     const until = Math.min(now + this.entryMs, result.keptUntil ?? Infinity);
-    this.entries.set(id, { head, body: req.body ? Buffer.from(req.body) : undefined, result, until, size });
+    // Frozen: every replay shares the answer, and renderings of it are kept on it.
+    this.entries.set(id, { head, body: req.body ? Buffer.from(req.body) : undefined, result: deepFreeze(result), until, size });
     this.bytes += size;
   }
 

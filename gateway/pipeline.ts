@@ -342,7 +342,7 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
 function serialize(outcome: Outcome, version: ApiVersion, api: string): string {
   const shape = version === 'v1' || outcome.versioned ? (v: unknown) => v : (v: unknown) => relink(v, version);
   if (outcome.cacheKey && outcome.tag && typeof outcome.tag === 'object' && 'version' in outcome.tag) {
-    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant + api, () => shape(outcome.render?.() ?? outcome.body));
+    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant + api, () => shape(outcome.render?.() ?? outcome.body), outcome.record);
   }
   return JSON.stringify(shape(outcome.render ? outcome.render() : outcome.body));
 }

@@ -15,20 +15,27 @@ const BROTLI_OPTS = { params: { [constants.BROTLI_PARAM_QUALITY]: 4 } };
 const brotliAsync = promisify(brotliCompress);
 const gzipAsync = promisify(gzip);
 
-const variantCache = new Map<string, string>();
-
-function shortHash(s: string): string {
-  const hit = variantCache.get(s);
-  if (hit) return hit;
-  const h = createHash('sha1').update(s).digest('base64url').slice(0, 10);
-  if (variantCache.size >= 10_000) variantCache.clear();
-  variantCache.set(s, h);
-  return h;
-}
+// Variant hashes by media type, then content coding, then variant: found without building the
+// combined key (a GET asks for one on every request, and the three strings are already hashed).
+const tagHashes = new Map<string, Map<string, Map<string, string>>>();
+let tagHashCount = 0;
 
 /** `"<version>-<variant hash>"`: strong, and different for every distinct byte sequence. */
 export function versionTag(version: number, variant: string, media: MediaType, coding: Coding): string {
-  return `"${version}-${shortHash(`${variant}|${media}|${coding}`)}"`;
+  let byCoding = tagHashes.get(media);
+  if (byCoding === undefined) tagHashes.set(media, (byCoding = new Map()));
+  let byVariant = byCoding.get(coding);
+  if (byVariant === undefined) byCoding.set(coding, (byVariant = new Map()));
+  let h = byVariant.get(variant);
+  if (h === undefined) {
+    h = createHash('sha1').update(`${variant}|${media}|${coding}`).digest('base64url').slice(0, 10);
+    if (++tagHashCount > 10_000) {
+      tagHashes.clear();
+      tagHashCount = 0;
+    }
+    byVariant.set(variant, h);
+  }
+  return `"${version}-${h}"`;
 }
 
 /** A tag over a fingerprint that determines the bytes (ids and versions of a page, its links). */

@@ -48,6 +48,8 @@ export interface Outcome {
   render?: () => unknown;
   /** Names the resource for the rendering cache; the tag's version and variant complete the key. */
   cacheKey?: string;
+  /** The record rendered: when it is frozen (shared, never changed) its rendering is kept on it. */
+  record?: object;
   /**
    * Already-rendered text (documentation pages, JSON assembled from cached renderings), as a
    * string or its UTF-8 bytes.

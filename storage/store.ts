@@ -6,6 +6,7 @@
 
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { deepFreeze } from '../common/freeze.js';
 import { open, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
 export type IndexKey = (string | number)[];
@@ -106,11 +107,6 @@ export class Table<T> {
   }
 }
 
-function deepFreeze<T>(value: T): T {
-  if (typeof value !== 'object' || value === null || Object.isFrozen(value) || ArrayBuffer.isView(value)) return value;
-  for (const member of Object.values(value)) deepFreeze(member);
-  return Object.freeze(value);
-}
 
 export class Store {
   private readonly tables = new Map<string, Table<unknown>>();

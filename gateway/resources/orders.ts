@@ -221,6 +221,7 @@ function orderOutcome(ctx: Ctx, o: OrderRecord, status = 200, location?: string)
     status,
     render: () => renderOrder(o, undefined, new Set(), undefined, ctx.version),
     cacheKey: o.id,
+    record: o,
     tag: { version: o.version, variant: variantOf(undefined, new Set()) },
     versioned: true,
   };
@@ -409,6 +410,7 @@ export const orderRoutes: RouteDef[] = [
         status: 200,
         render: () => renderOrder(order, fields, expand, products, ctx.version),
         cacheKey: order.id,
+        record: order,
         tag: { version: order.version, variant: orderVariant(order, fields, expand, products, ctx.version) },
         versioned: true,
       };

@@ -58,7 +58,7 @@ function userTarget(ctx: Ctx): { tenant: string; partition: number; id: string }
 }
 
 function outcome(u: UserRecord, status = 200): Outcome {
-  const out: Outcome = { status, render: () => renderUser(u), cacheKey: u.id, tag: { version: u.version, variant: variantOf(undefined, new Set()) } };
+  const out: Outcome = { status, render: () => renderUser(u), cacheKey: u.id, record: u, tag: { version: u.version, variant: variantOf(undefined, new Set()) } };
   // The answer's id, not one minted for this request: a replay answers the first attempt's user.
   if (status === 201) out.location = `${BASE}/${u.id}`;
   return out;
@@ -166,7 +166,7 @@ export const userRoutes: RouteDef[] = [
     async handle(ctx) {
       const fields = parseFields(ctx.query, USER_FIELDS);
       const u = await ctx.bus.call({ kind: 'user.get', ...userTarget(ctx) });
-      return { status: 200, render: () => project(renderUser(u), fields, new Set()), cacheKey: u.id, tag: { version: u.version, variant: variantOf(fields, new Set()) } };
+      return { status: 200, render: () => project(renderUser(u), fields, new Set()), cacheKey: u.id, record: u, tag: { version: u.version, variant: variantOf(fields, new Set()) } };
     },
   }),
 
