@@ -198,7 +198,8 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>): v
   let value = '';
   for (const k in headers) {
     let v = headers[k]!;
-    if (CR_OR_LF.test(v)) v = v.replace(CR_OR_LF_ALL, ' ');
+    // Two indexOf scans cost less than half a regular expression test on these short values.
+    if (v.indexOf('\r') !== -1 || v.indexOf('\n') !== -1) v = v.replace(CR_OR_LF_ALL, ' ');
     if (first === undefined) {
       first = k;
       value = v;
@@ -209,7 +210,6 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>): v
   if (first !== undefined) res.writeHeader(first, value);
 }
 
-const CR_OR_LF = /[\r\n]/;
 const CR_OR_LF_ALL = /[\r\n]/g;
 
 function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, isAborted: () => boolean): void {
