@@ -224,7 +224,11 @@ export async function compare(
             console.error(`  [bench] ${entry.contender.kind}: restart failed: ${String(err)}`);
           }
         }
-        for (const [j, plan] of entry.plans.entries()) {
+        // Odd rounds run a server's scenarios in reverse order: a server that slows down as it
+        // runs (a store growing with every POST) then weighs on no scenario more than another.
+        const order = [...entry.plans.entries()];
+        if (round % 2 === 1) order.reverse();
+        for (const [j, plan] of order) {
           const row = await measure(plan.scenario, entry.subject, plan.request, s);
           if (entry.restarts > 0) (row.notes ??= []).push(`server restarted ${entry.restarts}x after being stopped from outside`);
           perPlan[i]?.[j]?.push(row);
