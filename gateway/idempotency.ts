@@ -103,7 +103,7 @@ export class ReplayCache {
     // Never past the owner's expiry of the key: after it, the owner would run the request anew.
     const until = Math.min(now + this.entryMs, result.keptUntil ?? Infinity);
     // Frozen: every replay shares the answer, and renderings of it are kept on it.
-    this.entries.set(id, { head, body: req.body ? Buffer.from(req.body) : undefined, result: deepFreeze(result), until, size });
+    this.entries.set(id, { head, body: req.body ? keptCopy(req.body) : undefined, result: deepFreeze(result), until, size });
     this.bytes += size;
   }
 
@@ -111,4 +111,15 @@ export class ReplayCache {
     this.entries.delete(id);
     this.bytes -= e.size;
   }
+}
+
+/**
+ * A copy in memory of its own. Buffer.from of a small buffer is a slice of an 8 KiB pool block,
+ * and a kept slice keeps the whole block alive: budgeted at the body's length, thousands of kept
+ * bodies would hold megabytes more than the budget says.
+ */
+function keptCopy(body: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(body.length);
+  body.copy(copy);
+  return copy;
 }
