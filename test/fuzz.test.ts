@@ -28,6 +28,7 @@ import { ALL_SCOPES, Api, type Caller, mintToken } from './helpers/client.js';
 import { assertProperty, checkProblem } from './helpers/property-kit.js';
 import { rawExchange, rawRequest } from './helpers/raw-http.js';
 import { startEmbedded, type RunningService } from './helpers/service.js';
+import { MAX_HEAD_BYTES } from '../gateway/http.js';
 
 interface Fixtures {
   /** Ids the paths draw from, of every kind: the fuzzing tenant's, the guarded tenant's, absent ones. */
@@ -530,6 +531,16 @@ async function send(t: { context: Context }, s: Sample): Promise<Outcome> {
   }
 }
 
+/**
+ * The bytes of the request line and of the sample's own header lines: undici writes both as
+ * latin1 and adds its own (Host, Connection, ...), so the head it sends is at least this long.
+ */
+function headBytesAtLeast(s: Sample): number {
+  let n = `${s.method} ${s.target} HTTP/1.1\r\n\r\n`.length;
+  for (const [name, value] of s.headers) n += `${name}: ${value}\r\n`.length;
+  return n;
+}
+
 function checkAnswer(s: Sample, a: Answer): void {
   const context = `${s.method} ${s.target.slice(0, 200)}`;
   assert.ok(a.status < 500, `${context}: answered ${a.status}: ${a.text.slice(0, 300)}`);
@@ -556,6 +567,7 @@ function checkAnswer(s: Sample, a: Answer): void {
 test('no request, however odd, gets a 5xx or a malformed problem, and the service is unharmed', async (t) => {
   const f = t.context.fixtures;
   const counts = { answered: 0, closed: 0, refused: 0 };
+  let closedOverLimit = 0;
   const statuses = new Map<number, number>();
   await assertProperty(
     t,
@@ -566,6 +578,12 @@ test('no request, however odd, gets a 5xx or a malformed problem, and the servic
       if (outcome.kind === 'closed') {
         // uWS drops the connection, without a word, on a method it does not know: the only
         // close allowed here (see the known failures at the end of this file).
+        // Or on a head over MAX_HEAD_BYTES that uWS happened to read in more than one piece
+        // (hostile.test.ts holds uWS to that; in one read it is answered 431).
+        if (headBytesAtLeast(s) > MAX_HEAD_BYTES) {
+          closedOverLimit++;
+          return;
+        }
         assert.ok(!UWS_METHODS.has(s.method), `${s.method} ${s.target.slice(0, 200)}: the connection closed without an answer (${outcome.error})`);
         return;
       }
@@ -574,7 +592,7 @@ test('no request, however odd, gets a 5xx or a malformed problem, and the servic
     }),
     { numRuns: NUM_RUNS },
   );
-  t.log(`answered ${counts.answered}, closed on unknown methods ${counts.closed}, refused by undici ${counts.refused}`);
+  t.log(`answered ${counts.answered}, closed ${counts.closed} (${closedOverLimit} of them heads over ${MAX_HEAD_BYTES} bytes, the rest unknown methods), refused by undici ${counts.refused}`);
   t.log([...statuses].sort(([a], [b]) => a - b).map(([s, n]) => `${s}: ${n}`).join(', '));
 
   // Most samples really went out, and reached more than the error paths.
