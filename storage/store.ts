@@ -61,9 +61,14 @@ interface Cached<T> {
 export class Table<T> {
   // Recently read records, decoded and frozen, in insertion order (oldest evicted first). Only
   // this process writes its LMDB file (one node per DATA_DIR, static partitions), and every write
-  // goes through Store.apply, which drops the entry, so an entry is never older than LMDB.
+  // goes through Store.commit, which marks the id as changing until the commit is visible and
+  // drops the entry then, so an entry is never older than what LMDB lets readers see.
   private readonly cache = new Map<string, Cached<T>>();
   private cachedBytes = 0;
+  // Ids with a commit under way, with how many. Between a commit becoming visible and its
+  // promise's continuation, a cached entry could be older than the index beside it (a list
+  // filtered by status would show a row with the old status), so these are read from LMDB.
+  private readonly changing = new Map<string, number>();
 
   constructor(
     readonly spec: TableSpec<T>,
@@ -76,6 +81,7 @@ export class Table<T> {
    */
   get(id: string): T | undefined {
     if (!this.spec.cached) return this.db.get(id);
+    if (this.changing.has(id)) return deepFreeze(this.db.get(id));
     const hit = this.cache.get(id);
     if (hit !== undefined) return hit.record;
     const record = this.db.get(id);
@@ -98,12 +104,28 @@ export class Table<T> {
     return this.cachedBytes;
   }
 
-  /** Forgets a record about to change (and again once the change is visible to reads). */
+  /** Forgets a record: it is about to change. */
   forget(id: string): void {
     const entry = this.cache.get(id);
     if (entry === undefined) return;
     this.cache.delete(id);
     this.cachedBytes -= entry.bytes;
+  }
+
+  /** Marks a record as changing: until `settled`, reads of it go to LMDB and are not kept. */
+  changeStarted(id: string): void {
+    if (!this.spec.cached) return;
+    this.forget(id);
+    this.changing.set(id, (this.changing.get(id) ?? 0) + 1);
+  }
+
+  /** The change begun by `changeStarted` is visible to reads, or will never be. */
+  changeSettled(id: string): void {
+    if (!this.spec.cached) return;
+    const n = this.changing.get(id);
+    if (n === undefined) return;
+    if (n > 1) this.changing.set(id, n - 1);
+    else this.changing.delete(id);
   }
 }
 
@@ -152,26 +174,29 @@ export class Store {
    */
   async commit(writes: Write<unknown>[]): Promise<void> {
     if (this.closed) throw new Error('store is closed');
-    // A child transaction of lmdb-js's batch: if apply throws halfway (a key LMDB refuses), the
-    // writes made so far are rolled back. A plain transaction() callback shares the batch's
-    // transaction, and what it wrote before throwing would be committed with the rest.
-    const committed = this.root.childTransaction(() => {
-      try {
-        for (const w of writes) this.apply(w);
-      } catch (err) {
-        this.forgetUnsavedShapes();
-        throw err;
-      }
-    });
-    // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
-    // pending when `then` is called: call it now, while that is ours. Awaited after the commit
-    // it would name whatever batch came next, and every write would wait one more fsync.
-    const flushed = this.root.flushed.then(() => undefined);
+    for (const w of writes) w.table.changeStarted(w.id);
+    let flushed: Promise<void>;
     try {
+      // A child transaction of lmdb-js's batch: if apply throws halfway (a key LMDB refuses), the
+      // writes made so far are rolled back. A plain transaction() callback shares the batch's
+      // transaction, and what it wrote before throwing would be committed with the rest.
+      const committed = this.root.childTransaction(() => {
+        try {
+          for (const w of writes) this.apply(w);
+        } catch (err) {
+          this.forgetUnsavedShapes();
+          throw err;
+        }
+      });
+      // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
+      // pending when `then` is called: call it now, while that is ours. Awaited after the commit
+      // it would name whatever batch came next, and every write would wait one more fsync.
+      flushed = this.root.flushed.then(() => undefined);
       await committed;
     } finally {
-      // A read between apply and commit saw the record as it was, and may have cached it.
-      for (const w of writes) w.table.forget(w.id);
+      // Visible to every read from here on (lmdb-js renews its read snapshot before it resolves
+      // a commit), or rolled back.
+      for (const w of writes) w.table.changeSettled(w.id);
     }
     await flushed;
   }
@@ -200,7 +225,6 @@ export class Store {
     // Inside a transaction callback the *Sync forms write to that transaction.
     for (const k of oldKeys) if (!fresh.has(keyString(k))) this.index.removeSync([table.spec.name, ...k]);
     for (const k of newKeys) if (!stale.has(keyString(k))) this.index.putSync([table.spec.name, ...k], 1);
-    table.forget(id);
     if (after === undefined) table.db.removeSync(id);
     else table.db.putSync(id, after);
   }

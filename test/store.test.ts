@@ -87,6 +87,27 @@ test('a read while a write commits sees the old record, and the new one once the
   }
 });
 
+test('a record is not kept while a commit of it is under way, so the cache never lags the index', async (t) => {
+  const store = await withStore(t);
+  const docs = store.table(DOCS);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: doc('d1', 1) }]);
+  const v1 = docs.get('d1')!;
+  t.true(docs.cacheBytes > 0);
+  const writing = store.commit([{ table: docs, id: 'd1', before: v1, after: doc('d1', 2) }]);
+  // Until the commit's promise settles, a read goes to LMDB and keeps nothing: were the old
+  // version kept now, it could outlive the moment LMDB shows the new one to index scans.
+  t.is(docs.get('d1')!.version, 1);
+  t.is(docs.cacheBytes, 0);
+  t.true(Object.isFrozen(docs.get('d1')));
+  await writing;
+  t.is(docs.get('d1')!.version, 2);
+  t.true(docs.cacheBytes > 0, 'kept again once the commit is visible');
+  // A commit that fails settles too: the record is kept again afterwards.
+  await t.throwsAsync(store.commit([{ table: docs, id: 'd1', before: docs.get('d1'), after: doc('d1', 3) }, { table: docs, id: 'k'.repeat(4000), before: undefined, after: doc('x', 1) }]));
+  t.is(docs.get('d1')!.version, 2);
+  t.true(docs.cacheBytes > 0);
+});
+
 test('the cache keeps at most its byte budget, oldest out first; an uncached table returns fresh objects', async (t) => {
   const store = await withStore(t);
   const docs = store.table(DOCS);
