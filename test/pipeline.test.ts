@@ -481,3 +481,37 @@ test('a route that throws a non-ApiError is answered 500 internal without its me
   t.false(a.text.includes('TypeError'));
   t.is(a.headers['cache-control'], 'no-store');
 });
+
+test('batch-get reads an actor node of the earlier release, which answers only the users it found', async (t) => {
+  // The earlier reply shape: the found users, in order, without a slot for a miss. A gateway
+  // upgraded before the actor nodes must still put each user under its own id.
+  const local = new LocalBus(t.context.host, 5000);
+  const earlier: Bus = {
+    async send(cmd) {
+      const r = await local.send(cmd);
+      if (cmd.kind === 'user.batchGet' && r.ok) return { ...r, value: (r.value as unknown[]).filter((u) => u !== null) };
+      return r;
+    },
+    scatter: (q) => local.scatter(q),
+    async close() {},
+  };
+  const gw = createGateway({
+    routes: allRoutes(),
+    auth: new Authenticator(SECRET),
+    bus: new BusClient(earlier),
+    config: loadConfig({ DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET }),
+    log: silentLog(),
+  });
+  const tok = await token(SECRET, 'users:read users:write', { tenant: freshTenant('batch-earlier') });
+  const ids: string[] = [];
+  for (const email of ['a@x.io', 'b@x.io']) {
+    const a = await t.context.call({ method: 'POST', path: '/v1/users', headers: { ...bearer(tok), ...json }, body: { email } });
+    t.is(a.status, 201, a.text);
+    ids.push((a.json() as { id: string }).id);
+  }
+  const a = await t.context.call({ method: 'POST', path: '/v1/users/batch-get', headers: { ...bearer(tok), ...json }, body: { ids: ['usr_nope', ids[1], ids[0]] } }, gw);
+  t.is(a.status, 200, a.text);
+  const body = a.json() as { data: { id: string; email: string }[]; notFound: string[] };
+  t.deepEqual(body.data.map((u) => [u.id, u.email]), [[ids[1], 'b@x.io'], [ids[0], 'a@x.io']]);
+  t.deepEqual(body.notFound, ['usr_nope']);
+});

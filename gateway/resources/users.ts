@@ -44,6 +44,13 @@ const userSchema: JsonSchema = {
   properties: { id: { type: 'string' }, ...writable, createdAt: { type: 'string', format: 'date-time' }, updatedAt: { type: 'string', format: 'date-time' }, _links: linksSchema },
 };
 
+/** One slot per id, in order, from a reply that lists only the users found. */
+function slotsOf(ids: string[], found: (UserRecord | null)[]): (UserRecord | null)[] {
+  const byId = new Map<string, UserRecord>();
+  for (const u of found) if (u) byId.set(u.id, u);
+  return ids.map((id) => byId.get(id) ?? null);
+}
+
 export function renderUser(u: UserRecord): Record<string, unknown> {
   return { id: u.id, email: u.email, name: u.name, createdAt: iso(u.createdAt), updatedAt: iso(u.updatedAt), _links: { self: { href: `${BASE}/${u.id}` } } };
 }
@@ -125,8 +132,11 @@ export const userRoutes: RouteDef[] = [
       // Each id once, in the order first asked. One that names no user (whatever its shape) is
       // not found: the owner's lookup misses.
       const ids = [...new Set((ctx.body as { ids: string[] }).ids)];
-      // The owner answers one slot per id, in order: the user or null.
-      const found = await ctx.bus.call({ kind: 'user.batchGet', tenant: principalOf(ctx).tenant, partition: usersPartition(ctx), ids });
+      // The owner answers one slot per id, in order: the user or null. An actor node of an
+      // earlier release answers only the users it found, in order; read by id, that shape is
+      // right too, so gateways can be upgraded before the actor nodes.
+      const reply = await ctx.bus.call({ kind: 'user.batchGet', tenant: principalOf(ctx).tenant, partition: usersPartition(ctx), ids });
+      const found = reply.length === ids.length ? reply : slotsOf(ids, reply);
       const variant = variantOf(undefined, new Set());
       // The answer is the users' cached UTF-8 renderings copied side by side.
       const parts: Buffer[] = [DATA_OPEN];
