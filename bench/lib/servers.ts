@@ -39,7 +39,11 @@ export async function startFastify(): Promise<Subject> {
 /** Command line for one of the service's entry points, started through bench/lib/launch. */
 function serviceCommand(entry: string, env: Record<string, string>): { cmd: string; args: string[]; env: Record<string, string> } {
   const { cmd, args } = benchEntry('lib/launch.js');
-  return { cmd, args, env: { ...env, BENCH_ENTRY: entry } };
+  // BENCH_SERVICE_NODE_ARGS: node options for the service's processes only, e.g.
+  // `--cpu-prof --cpu-prof-dir=/tmp/prof` (NODE_OPTIONS refuses --cpu-prof, and would reach the
+  // load generator and the baselines too).
+  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
+  return { cmd, args: [...nodeArgs, ...args], env: { ...env, BENCH_ENTRY: entry } };
 }
 
 export function serviceBuilt(): boolean {
