@@ -4,6 +4,7 @@
 
 import { jwtVerify, SignJWT, errors as joseErrors } from 'jose';
 import { ApiError } from '../common/errors.js';
+import { BoundedMap } from '../common/bounded-map.js';
 
 export interface Principal {
   sub: string;
@@ -41,7 +42,8 @@ function unauthenticated(detail: string, code?: string): ApiError {
 
 export class Authenticator {
   private readonly key: Uint8Array;
-  private readonly cache = new Map<string, { principal: Principal; expMs: number }>();
+  // The oldest verified token is forgotten first once CACHE_LIMIT are held.
+  private readonly cache = new BoundedMap<string, { principal: Principal; expMs: number }>(CACHE_LIMIT);
 
   constructor(secret: string) {
     this.key = new TextEncoder().encode(secret);
@@ -87,7 +89,6 @@ export class Authenticator {
       scopes: new Set((scope ?? '').split(' ').filter(Boolean)),
       key: `${tenantOrSub}\u0000${sub}`,
     };
-    if (this.cache.size >= CACHE_LIMIT) this.cache.delete(this.cache.keys().next().value!);
     // Without exp a token stays valid; re-verify hourly anyway so the cache never pins one forever.
     const expMs = typeof exp === 'number' ? exp * 1000 : Date.now() + 3_600_000;
     this.cache.set(token, { principal, expMs });

@@ -10,6 +10,7 @@ import { deepFreeze } from '../common/freeze.js';
 import { partitionFor } from '../common/ids.js';
 import type { IdemTag, Result } from '../proto/messages.js';
 import type { GatewayRequest } from './http-types.js';
+import { BoundedMap } from '../common/bounded-map.js';
 
 export const MAX_KEY_LENGTH = 255;
 
@@ -55,7 +56,6 @@ interface Kept {
   body: Buffer | undefined;
   result: Result<unknown>;
   until: number;
-  size: number;
 }
 
 /**
@@ -66,13 +66,14 @@ interface Kept {
  * property 4); bounded in bytes, oldest first out (property 7).
  */
 export class ReplayCache {
-  private readonly entries = new Map<string, Kept>();
-  private bytes = 0;
+  private readonly entries: BoundedMap<string, Kept>;
 
   constructor(
     private readonly budgetBytes = 16 * 1024 * 1024,
     private readonly entryMs = 60_000,
-  ) {}
+  ) {
+    this.entries = new BoundedMap(budgetBytes);
+  }
 
   /** The kept answer to exactly this request under (tenant, key), if this gateway has it. */
   get(tenant: string, key: string, req: GatewayRequest, now = Date.now()): Result<unknown> | undefined {
@@ -80,7 +81,7 @@ export class ReplayCache {
     const e = this.entries.get(id);
     if (!e) return undefined;
     if (e.until <= now) {
-      this.drop(id, e);
+      this.entries.delete(id);
       return undefined;
     }
     // Another request under the key goes to the owner, which answers 422.
@@ -94,22 +95,11 @@ export class ReplayCache {
     // Characters count two bytes; 200 bytes stand for the map entry and the objects around it.
     const size = (JSON.stringify(result).length + head.length + id.length) * 2 + (req.body?.length ?? 0) + 200;
     if (size > this.budgetBytes / 64) return; // one huge answer may not push out many small ones
-    const old = this.entries.get(id);
-    if (old) this.drop(id, old);
-    while (this.bytes + size > this.budgetBytes && this.entries.size > 0) {
-      const [oldestId, oldest] = this.entries.entries().next().value!;
-      this.drop(oldestId, oldest);
-    }
     // Never past the owner's expiry of the key: after it, the owner would run the request anew.
     const until = Math.min(now + this.entryMs, result.keptUntil ?? Infinity);
     // Frozen: every replay shares the answer, and renderings of it are kept on it.
-    this.entries.set(id, { head, body: req.body ? keptCopy(req.body) : undefined, result: deepFreeze(result), until, size });
-    this.bytes += size;
-  }
-
-  private drop(id: string, e: Kept): void {
-    this.entries.delete(id);
-    this.bytes -= e.size;
+    // Oldest first out once over the budget.
+    this.entries.set(id, { head, body: req.body ? keptCopy(req.body) : undefined, result: deepFreeze(result), until }, size);
   }
 }
 

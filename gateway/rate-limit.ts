@@ -15,6 +15,7 @@
 import { performance } from 'node:perf_hooks';
 import { ApiError } from '../common/errors.js';
 import type { Principal } from './auth.js';
+import { BoundedMap } from '../common/bounded-map.js';
 
 export interface RateLimitOptions {
   perSecond: number;
@@ -42,16 +43,16 @@ export class RateLimiter {
   readonly policy: string;
   private readonly perSecond: number;
   private readonly burst: number;
-  private readonly maxBuckets: number;
   private readonly now: () => number;
-  private readonly buckets = new Map<string, Bucket>();
+  private readonly buckets: BoundedMap<string, Bucket>;
   private readonly timer: NodeJS.Timeout;
 
   constructor(opts: RateLimitOptions) {
     if (!(opts.perSecond > 0) || !(opts.burst >= 1)) throw new Error('a rate limit needs a rate above 0 and a burst of at least 1');
     this.perSecond = opts.perSecond;
     this.burst = opts.burst;
-    this.maxBuckets = opts.maxBuckets ?? MAX_BUCKETS;
+    // Full, a new key drops the oldest bucket (see `charge`).
+    this.buckets = new BoundedMap(opts.maxBuckets ?? MAX_BUCKETS);
     this.now = opts.now ?? (() => performance.now());
     // w must be a whole number of seconds, at least 1 (draft §3.1.3); rounding up never
     // overstates the sustained rate q/w.
@@ -75,7 +76,6 @@ export class RateLimiter {
     const now = this.now();
     let b = this.buckets.get(key);
     if (b === undefined) {
-      if (this.buckets.size >= this.maxBuckets) this.buckets.delete(this.buckets.keys().next().value!);
       b = { tokens: this.burst, at: now };
       this.buckets.set(key, b);
     } else if (now > b.at) {
@@ -99,9 +99,9 @@ export class RateLimiter {
   /** Drops every bucket that is full again: forgetting it changes nothing for its caller. */
   sweep(): void {
     const now = this.now();
-    this.buckets.forEach((b, key) => {
+    for (const [key, b] of this.buckets.entries()) {
       if (b.tokens + ((now - b.at) * this.perSecond) / 1000 >= this.burst) this.buckets.delete(key);
-    });
+    }
   }
 
   /** Buckets held now. */

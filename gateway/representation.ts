@@ -8,6 +8,7 @@ import { brotliCompress, brotliCompressSync, constants, gzip, gzipSync } from 'n
 import { promisify } from 'node:util';
 import type { IfMatch } from '../proto/messages.js';
 import type { Coding, MediaType } from './negotiate.js';
+import { BoundedMap } from '../common/bounded-map.js';
 
 const COMPRESS_MIN_BYTES = 1024;
 const SYNC_COMPRESS_MAX_BYTES = 64 * 1024;
@@ -48,12 +49,11 @@ export function fingerprintTag(fingerprint: string, media: MediaType, coding: Co
 // and a list page share them. Safe to lose (ARCHITECTURE property 4).
 // Bounded by bytes, not entries (ARCHITECTURE property 7): a client cycling through fields and
 // expand variants can only churn it. Large renderings are not kept at all.
-const renderings = new Map<string, string>();
 // 8M characters hold the renderings of several thousand hot orders. At 32M the cache was still
 // filling, and the process still growing, a minute into the soak (bench/soak.ts).
 const RENDERINGS_BUDGET_CHARS = 8 * 1024 * 1024;
 const RENDERING_MAX_CHARS = 16 * 1024;
-let renderingsChars = 0;
+const renderings = new BoundedMap<string, string>(RENDERINGS_BUDGET_CHARS);
 
 // The last rendering of a record the store shares, on the record itself: a frozen record is one
 // version of one resource, and lives only as long as the store's record cache keeps it. Found
@@ -80,13 +80,7 @@ export function cachedRendering(key: string, version: number, variant: string, r
   const json = JSON.stringify(render());
   if (json.length <= RENDERING_MAX_CHARS) {
     if (mine !== undefined) owned.set(mine, { variant, json });
-    renderings.set(k, json);
-    renderingsChars += json.length + k.length;
-    while (renderingsChars > RENDERINGS_BUDGET_CHARS) {
-      const [oldKey, oldJson] = renderings.entries().next().value!;
-      renderings.delete(oldKey);
-      renderingsChars -= oldJson.length + oldKey.length;
-    }
+    renderings.set(k, json, json.length + k.length);
   }
   return json;
 }

@@ -6,6 +6,7 @@
 
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { BoundedMap } from '../common/bounded-map.js';
 import { deepFreeze } from '../common/freeze.js';
 import { open, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
@@ -53,18 +54,12 @@ const HIGH = Buffer.from([0xff]);
  */
 export const RECORD_CACHE_BYTES = 1024 * 1024;
 
-interface Cached<T> {
-  record: T;
-  bytes: number;
-}
-
 export class Table<T> {
   // Recently read records, decoded and frozen, in insertion order (oldest evicted first). Only
   // this process writes its LMDB file (one node per DATA_DIR, static partitions), and every write
   // goes through Store.commit, which marks the id as changing until the commit is visible and
   // drops the entry then, so an entry is never older than what LMDB lets readers see.
-  private readonly cache = new Map<string, Cached<T>>();
-  private cachedBytes = 0;
+  private readonly cache = new BoundedMap<string, T>(RECORD_CACHE_BYTES);
   // Ids with a commit under way, with how many. Between a commit becoming visible and its
   // promise's continuation, a cached entry could be older than the index beside it (a list
   // filtered by status would show a row with the old status), so these are read from LMDB.
@@ -83,33 +78,24 @@ export class Table<T> {
     if (!this.spec.cached) return this.db.get(id);
     if (this.changing.has(id)) return deepFreeze(this.db.get(id));
     const hit = this.cache.get(id);
-    if (hit !== undefined) return hit.record;
+    if (hit !== undefined) return hit;
     const record = this.db.get(id);
     if (record === undefined) return undefined;
     // lmdb-js leaves the size of the value it just read in `lastSize`.
     const bytes = (this.db as unknown as { lastSize: number }).lastSize;
-    if (bytes > RECORD_CACHE_BYTES / 16) return deepFreeze(record);
-    this.cache.set(id, { record: deepFreeze(record), bytes });
-    this.cachedBytes += bytes;
-    while (this.cachedBytes > RECORD_CACHE_BYTES) {
-      const [oldest, entry] = this.cache.entries().next().value!;
-      this.cache.delete(oldest);
-      this.cachedBytes -= entry.bytes;
-    }
+    deepFreeze(record);
+    if (bytes <= RECORD_CACHE_BYTES / 16) this.cache.set(id, record, bytes);
     return record;
   }
 
   /** Encoded bytes of the records this table keeps decoded (at most RECORD_CACHE_BYTES). */
   get cacheBytes(): number {
-    return this.cachedBytes;
+    return this.cache.weight;
   }
 
   /** Forgets a record: it is about to change. */
   forget(id: string): void {
-    const entry = this.cache.get(id);
-    if (entry === undefined) return;
     this.cache.delete(id);
-    this.cachedBytes -= entry.bytes;
   }
 
   /** Marks a record as changing: until `settled`, reads of it go to LMDB and are not kept. */
