@@ -30,7 +30,7 @@ import type { DeliveryAttempt, DeliveryRecord, EndpointRecord, EventRecord, Outb
 import type { Store, Table, Write } from '../storage/store.js';
 import { EVENTS, OUTBOX } from './events.js';
 import { Signer, type SignedPart } from './signer.js';
-import { DELIVERIES, ENDPOINTS, liveSecrets, MAX_ENDPOINTS_PER_TENANT, pendingPrefix, wants } from './webhooks.js';
+import { DELIVERIES, ENDPOINTS, endpointsPrefix, liveSecrets, MAX_ENDPOINTS_PER_TENANT, pendingPrefix, wants } from './webhooks.js';
 import { WebhookSender, type SendResult } from './webhook-send.js';
 import { parseTarget, resolveTarget, systemResolver, TargetRefused, type Address, type Resolver } from './webhook-target.js';
 
@@ -332,7 +332,7 @@ export class Dispatcher {
   private async endpointsOf(tenant: string): Promise<EndpointRecord[]> {
     const partition = partitionFor(tenant);
     if (this.host.owns(partition)) {
-      const rows = this.store.scan(this.endpoints as Table<unknown>, { prefix: [tenant, '*', 'createdAt'], after: undefined, reverse: false, limit: MAX_ENDPOINTS_PER_TENANT });
+      const rows = this.store.scan(this.endpoints as Table<unknown>, { prefix: endpointsPrefix(tenant), after: undefined, reverse: false, limit: MAX_ENDPOINTS_PER_TENANT });
       return rows.flatMap(({ id }) => {
         const e = this.endpoints.get(id);
         return e && e.tenant === tenant ? [e] : [];

@@ -42,14 +42,24 @@ export const eventActor: ActorDef<EventRecord, CommandOf<'event.get'>> = {
   decide: (_cmd, current) => ({ next: current, reply: existing(current, 'event') }),
 };
 
-/** The writes that store `events` and queue them in the outbox, for the change's transaction. */
-export function eventWrites(events: readonly EventRecord[], tables: { events: Table<EventRecord>; outbox: Table<OutboxEntry> }): Write<unknown>[] {
-  const writes: Write<unknown>[] = [];
+/**
+ * The writes that store `events`, and queue in the outbox those `deliverable` says someone may
+ * be waiting for, for the change's transaction. Answers whether any was queued.
+ */
+export function eventWrites(
+  events: readonly EventRecord[],
+  tables: { events: Table<EventRecord>; outbox: Table<OutboxEntry> },
+  deliverable: (e: EventRecord) => boolean,
+  writes: Write<unknown>[],
+): boolean {
+  let queued = false;
   for (const e of events) {
     writes.push({ table: tables.events as Table<unknown>, id: e.id, before: undefined, after: e });
+    if (!deliverable(e)) continue;
     writes.push({ table: tables.outbox as Table<unknown>, id: e.id, before: undefined, after: { id: e.id, tenant: e.tenant, created: e.created } });
+    queued = true;
   }
-  return writes;
+  return queued;
 }
 
 /** The index prefix under which events are kept oldest first, for the retention sweep. */

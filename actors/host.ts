@@ -7,7 +7,7 @@
 import type { ActorEndpoint } from '../common/bus.js';
 import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
-import { partitionOf } from '../common/ids.js';
+import { partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import { Store, type IndexKey, type Table, type TableSpec, type Write } from '../storage/store.js';
 import {
@@ -34,7 +34,7 @@ import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type 
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
 import { eventActor, EVENTS, eventWrites, OUTBOX } from './events.js';
-import { deliveryActor, endpointActor, MAX_ENDPOINTS_PER_TENANT } from './webhooks.js';
+import { deliveryActor, endpointActor, endpointsPrefix, MAX_ENDPOINTS_PER_TENANT } from './webhooks.js';
 import { Dispatcher, type DispatchOptions } from './dispatcher.js';
 import { sweepEvents } from './event-sweep.js';
 import type { DeliveryRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
@@ -218,6 +218,19 @@ export class ActorHost implements ActorEndpoint {
     return this.opts.partitions.has(partition);
   }
 
+  /**
+   * Whether an event may have someone to deliver it to, so it needs an outbox row. A tenant
+   * with no webhook endpoint at all has nobody: its events are stored (GET /v1/events) and go
+   * no further, which spares every write of such a tenant the row, its removal and a fan-out.
+   * Only the owner of the tenant's endpoints can tell, in its own LMDB; for any other tenant
+   * (cluster mode) the row is written and the fan-out decides. An endpoint whose creation was
+   * acknowledged is seen here: its commit renewed the read snapshot.
+   */
+  private readonly deliverable = (e: EventRecord): boolean => {
+    if (e.endpointId !== undefined || !this.owns(partitionFor(e.tenant))) return true;
+    return this.store.scan(this.actors.webhook.table as Table<unknown>, { prefix: endpointsPrefix(e.tenant), after: undefined, reverse: false, limit: 1 }).length > 0;
+  };
+
   async handle(cmd: Command): Promise<Result<unknown>> {
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
     const answered = this.read(cmd);
@@ -396,9 +409,10 @@ export class ActorHost implements ActorEndpoint {
     const result = await this.holding([orderId], () =>
       this.wrapped(kind, async () => {
         const p = plan(this.now());
-        const writes = p?.events?.length ? [...p.writes, ...eventWrites(p.events, this.events)] : (p?.writes ?? []);
+        const writes = [...(p?.writes ?? [])];
+        const queued = p?.events?.length ? eventWrites(p.events, this.events, this.deliverable, writes) : false;
         if (writes.length) await this.store.commit(writes);
-        if (p?.events?.length) this.dispatcher?.kick();
+        if (queued) this.dispatcher?.kick();
         return p;
       }),
     );
@@ -526,8 +540,8 @@ export class ActorHost implements ActorEndpoint {
         writes = p.writes;
         // The outbox rows ride in the change's own transaction (ARCHITECTURE property 3).
         if (p.events?.length) {
-          writes = [...writes, ...eventWrites(p.events, this.events)];
-          emitted = true;
+          writes = [...writes];
+          emitted = eventWrites(p.events, this.events, this.deliverable, writes);
         }
         result = { ok: true, value: p.reply };
       } catch (err) {

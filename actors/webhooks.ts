@@ -17,6 +17,11 @@ type EndpointCommand = CommandOf<'webhook.create' | 'webhook.get' | 'webhook.pat
 
 export const ENDPOINTS: TableSpec<EndpointRecord> = { name: 'webhook-endpoints', indexKeys: (e) => [[e.tenant, '*', 'createdAt', e.createdAt, e.id]] };
 
+/** Index prefix of one tenant's endpoints, oldest first. */
+export function endpointsPrefix(tenant: string): (string | number)[] {
+  return [tenant, '*', 'createdAt'];
+}
+
 /** The secrets that still sign at `now`, current first. */
 export function liveSecrets(e: EndpointRecord, now: number): string[] {
   return e.secrets.filter((s) => s.expiresAt === undefined || s.expiresAt > now).map((s) => s.secret);

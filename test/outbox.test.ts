@@ -1,0 +1,78 @@
+// Which events are queued in the outbox (actors/host.ts `deliverable`): every event is stored,
+// but only an event someone may be waiting for gets an outbox row. A tenant with no webhook
+// endpoint has nobody; a tenant with one, a ping, and a tenant whose endpoints live at another
+// node (cluster mode: this node cannot tell) all do. Read back from LMDB after the host closes,
+// with no dispatcher running to take the rows.
+
+import test from 'ava';
+import { ActorHost } from '../actors/host.js';
+import { EVENTS, OUTBOX } from '../actors/events.js';
+import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
+import { newSigningSecret } from '../common/webhook-signature.js';
+import type { Command, Result } from '../proto/messages.js';
+import type { EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
+import { Store, type Table } from '../storage/store.js';
+import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+
+async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
+  const r = await p;
+  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
+  return r.value as T;
+}
+
+test('an event is queued for delivery only when its tenant has a webhook endpoint, or this node cannot tell', async (t) => {
+  const dir = await tempDir('outbox');
+  t.teardown(() => removeDir(dir));
+  const QUIET = 'no-hooks';
+  const HOOKED = 'has-hooks';
+  const ELSEWHERE = 'hooks-elsewhere';
+  const elsewhere = partitionFor(ELSEWHERE);
+  t.false([QUIET, HOOKED].map(partitionFor).includes(elsewhere));
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i).filter((p) => p !== elsewhere)),
+    mailboxLimit: 1000,
+    log: silentLog(),
+  });
+  try {
+    const endpoint = await ok<EndpointRecord>(
+      host.handle({
+        kind: 'webhook.create',
+        tenant: HOOKED,
+        partition: partitionFor(HOOKED),
+        id: newId('webhookEndpoint', partitionFor(HOOKED)),
+        input: { endpointUrl: 'https://hooks.example.com/in', eventTypes: ['order.created'], apiVersion: 'v1', description: null },
+        secret: newSigningSecret(),
+      } as Command),
+    );
+    for (const tenant of [QUIET, HOOKED, ELSEWHERE]) {
+      // Orders live in a partition this node owns, whoever their tenant.
+      const partition = partitionFor(QUIET);
+      const id = newId('order', partition);
+      await ok(host.handle({ kind: 'order.create', tenant, partition, id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+    }
+    await ok(host.handle({ kind: 'webhook.test', tenant: HOOKED, partition: partitionFor(HOOKED), id: endpoint.id } as Command));
+  } finally {
+    await host.close();
+  }
+
+  const store = Store.open(dir);
+  try {
+    const events = store.table(EVENTS);
+    const outbox = store.table(OUTBOX);
+    const ids = (table: Table<unknown>): string[] => store.scan(table, { prefix: [], after: undefined, reverse: false, limit: 100 }).map((r) => r.id);
+    const stored = ids(events as Table<unknown>).map((id) => events.get(id) as EventRecord);
+    const queued = new Set(ids(outbox as Table<unknown>));
+    const byTenant = (tenant: string, type: string): EventRecord | undefined => stored.find((e) => e.tenant === tenant && e.type === type);
+    // Every event is stored, for GET /v1/events.
+    for (const tenant of [QUIET, HOOKED, ELSEWHERE]) t.truthy(byTenant(tenant, 'order.created'), `${tenant}'s order.created is stored`);
+    t.false(queued.has(byTenant(QUIET, 'order.created')!.id), 'a tenant without endpoints queues nothing');
+    t.true(queued.has(byTenant(HOOKED, 'order.created')!.id), 'a tenant with an endpoint queues its events');
+    t.true(queued.has(byTenant(ELSEWHERE, 'order.created')!.id), 'a tenant whose endpoints this node does not own queues its events');
+    t.true(queued.has(byTenant(HOOKED, 'ping')!.id), 'a ping is queued');
+    t.is(queued.size, 3);
+    t.truthy((outbox.get(byTenant(HOOKED, 'order.created')!.id) as OutboxEntry | undefined)?.created);
+  } finally {
+    await store.close();
+  }
+});
