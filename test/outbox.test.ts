@@ -8,11 +8,11 @@ import test from 'ava';
 import { ActorHost } from '../actors/host.js';
 import { EVENTS, OUTBOX } from '../actors/events.js';
 import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
-import { newSigningSecret } from '../common/webhook-signature.js';
 import type { Command, Result } from '../proto/messages.js';
 import type { EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { Store, type Table } from '../storage/store.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { endpointCreate } from './helpers/webhook-kit.js';
 
 async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
   const r = await p;
@@ -35,16 +35,7 @@ test('an event is queued for delivery only when its tenant has a webhook endpoin
     log: silentLog(),
   });
   try {
-    const endpoint = await ok<EndpointRecord>(
-      host.handle({
-        kind: 'webhook.create',
-        tenant: HOOKED,
-        partition: partitionFor(HOOKED),
-        id: newId('webhookEndpoint', partitionFor(HOOKED)),
-        input: { endpointUrl: 'https://hooks.example.com/in', eventTypes: ['order.created'], apiVersion: 'v1', description: null },
-        secret: newSigningSecret(),
-      } as Command),
-    );
+    const endpoint = await ok<EndpointRecord>(host.handle(endpointCreate(HOOKED, 'https://hooks.example.com/in')));
     for (const tenant of [QUIET, HOOKED, ELSEWHERE]) {
       // Orders live in a partition this node owns, whoever their tenant.
       const partition = partitionFor(QUIET);

@@ -8,10 +8,10 @@ import { ActorHost } from '../actors/host.js';
 import type { Bus } from '../common/bus.js';
 import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
 import { newSigningSecret } from '../common/webhook-signature.js';
-import type { Command, Result } from '../proto/messages.js';
+import type { Result } from '../proto/messages.js';
 import type { EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
-import { startReceiver, until } from './helpers/webhook-kit.js';
+import { endpointCreate, startReceiver, until } from './helpers/webhook-kit.js';
 
 const test = anyTest as TestFn;
 const LOCAL = 'owner-up';
@@ -63,16 +63,7 @@ test('events of a tenant whose endpoints cannot be read wait, without holding up
     webhooks: { retrySchedule: [1, 1], timeoutMs: 2000, disableAfterMs: 3600_000, allowPrivateTargets: true, remote },
   });
   try {
-    const local = await ok<EndpointRecord>(
-      host.handle({
-        kind: 'webhook.create',
-        tenant: LOCAL,
-        partition: partitionFor(LOCAL),
-        id: newId('webhookEndpoint', partitionFor(LOCAL)),
-        input: { endpointUrl: `${receiver.url}/local`, eventTypes: ['order.created'], apiVersion: 'v1', description: null },
-        secret: newSigningSecret(),
-      } as Command),
-    );
+    const local = await ok<EndpointRecord>(host.handle(endpointCreate(LOCAL, `${receiver.url}/local`)));
     t.truthy(local.id);
     const create = (tenant: string): Promise<unknown> => {
       const partition = partitionFor(LOCAL); // owned by this node, whatever the tenant

@@ -12,6 +12,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { loadConfig } from '../../common/config.js';
+import { newId, partitionFor } from '../../common/ids.js';
+import { newSigningSecret } from '../../common/webhook-signature.js';
+import type { Command } from '../../proto/messages.js';
 import { createLogger } from '../../common/log.js';
 import { startService, type Service } from '../../gateway/app.js';
 import type { WebhookHooks } from '../../gateway/webhook-wiring.js';
@@ -162,4 +165,16 @@ export async function makeTestCa(): Promise<TestCa> {
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** The bus command that creates a webhook endpoint of `tenant` for `eventTypes`, in its tenant's partition. */
+export function endpointCreate(tenant: string, endpointUrl: string, eventTypes: string[] = ['order.created']): Command {
+  return {
+    kind: 'webhook.create',
+    tenant,
+    partition: partitionFor(tenant),
+    id: newId('webhookEndpoint', partitionFor(tenant)),
+    input: { endpointUrl, eventTypes, apiVersion: 'v1', description: null },
+    secret: newSigningSecret(),
+  } as Command;
 }
