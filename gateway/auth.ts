@@ -42,7 +42,10 @@ function unauthenticated(detail: string, code?: string): ApiError {
 
 export class Authenticator {
   private readonly key: Uint8Array;
-  // The oldest verified token is forgotten first once CACHE_LIMIT are held.
+  // Verified Authorization headers, whole: a request looks its header up twice (the edge asks
+  // whether it needs the peer's address, then the pipeline), and the second lookup of the same
+  // string reuses its hash, where a token sliced out of it anew is hashed again (about 0.25 µs
+  // for a typical token). The oldest is forgotten first once CACHE_LIMIT are held.
   private readonly cache = new BoundedMap<string, { principal: Principal; expMs: number }>(CACHE_LIMIT);
 
   constructor(secret: string) {
@@ -51,8 +54,8 @@ export class Authenticator {
 
   /** The caller if this exact header was verified before and has not expired; no await on the hot path. */
   cached(header: string | undefined): Principal | undefined {
-    if (header === undefined || !header.startsWith('Bearer ')) return undefined;
-    const hit = this.cache.get(header.slice(7));
+    if (header === undefined) return undefined;
+    const hit = this.cache.get(header);
     return hit && hit.expMs > Date.now() ? hit.principal : undefined;
   }
 
@@ -62,10 +65,10 @@ export class Authenticator {
     const m = /^Bearer +([A-Za-z0-9\-_.~+/]+=*) *$/i.exec(header);
     if (!m) throw unauthenticated('The Authorization header must use the Bearer scheme.', 'invalid_request');
     const token = m[1]!;
-    const hit = this.cache.get(token);
+    const hit = this.cache.get(header);
     if (hit) {
       if (hit.expMs > Date.now()) return hit.principal;
-      this.cache.delete(token);
+      this.cache.delete(header);
     }
     let payload: Record<string, unknown>;
     try {
@@ -91,7 +94,7 @@ export class Authenticator {
     };
     // Without exp a token stays valid; re-verify hourly anyway so the cache never pins one forever.
     const expMs = typeof exp === 'number' ? exp * 1000 : Date.now() + 3_600_000;
-    this.cache.set(token, { principal, expMs });
+    this.cache.set(header, { principal, expMs });
     return principal;
   }
 
