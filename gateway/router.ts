@@ -47,20 +47,27 @@ export class Router<R> {
     let at: Node<R> | undefined = this.root;
     // Only origin-form paths (RFC 9112 §3.2.1); '/' is the root itself, not root + ''.
     if (!path.startsWith('/')) return { kind: 'not-found' };
-    const segs = path === '/' ? [''] : path.split('/');
-    // A trailing slash names a different resource; only the leading empty segment is skipped.
-    for (let i = 1; i < segs.length && at; i++) {
-      const seg = segs[i]!;
+    // Segment by segment after the leading '/', without an array of them. A trailing slash
+    // names a different resource: its empty last segment matches nothing.
+    for (let start = 1; path !== '/' && start <= path.length && at; ) {
+      let end = path.indexOf('/', start);
+      if (end === -1) end = path.length;
+      const seg = path.slice(start, end);
+      start = end + 1;
       if (seg === '') return { kind: 'not-found' };
       const next: Node<R> | undefined = at.statics.get(seg);
       if (next) {
         at = next;
       } else if (at.param) {
-        let value: string;
-        try {
-          value = decodeURIComponent(seg);
-        } catch {
-          return { kind: 'not-found' };
+        // decodeURIComponent changes only %XX escapes: without a '%' the segment is its value,
+        // and an id, the usual parameter, is read without the call (about 0.1 µs).
+        let value = seg;
+        if (seg.includes('%')) {
+          try {
+            value = decodeURIComponent(seg);
+          } catch {
+            return { kind: 'not-found' };
+          }
         }
         params[at.param.name] = value;
         at = at.param.node;

@@ -2,6 +2,7 @@
 // resources, parameters are percent-decoded, and 405 lists what is allowed (with HEAD).
 
 import test from 'ava';
+import fc from 'fast-check';
 import { type Match, type Method, Router } from '../gateway/router.js';
 
 const TABLE: [Method, string][] = [
@@ -131,4 +132,55 @@ test('conflicting parameter names and duplicate routes are refused when added', 
   t.throws(() => r.add('GET', '/v1/orders/{id}/items', 'b'), { message: /conflicting parameter names/ });
   t.throws(() => r.add('GET', '/v1/orders/{orderId}', 'c'), { message: /duplicate route GET/ });
   t.notThrows(() => r.add('PUT', '/v1/orders/{orderId}', 'd'));
+});
+
+/**
+ * The matching rules written the plain way, as the model: split on '/', skip the leading empty
+ * segment, an empty one anywhere else is 404, statics first, parameters percent-decoded.
+ */
+function modelMatch(method: string, path: string): string {
+  if (!path.startsWith('/')) return 'not-found';
+  const segs = path === '/' ? [] : path.split('/').slice(1);
+  let template: string[] = [];
+  const params: Record<string, string> = {};
+  for (const seg of segs) {
+    if (seg === '') return 'not-found';
+    const next = template.concat(seg);
+    const statics = TABLE.filter(([, p]) => p.split('/').filter(Boolean).slice(0, next.length).join('/') === next.join('/'));
+    if (statics.length) {
+      template = next;
+      continue;
+    }
+    const withParam = TABLE.map(([, p]) => p.split('/').filter(Boolean)).find((p) => p.length > template.length && p.slice(0, template.length).join('/') === template.join('/') && /^\{\w+\}$/.test(p[template.length]!));
+    if (!withParam) return 'not-found';
+    try {
+      params[withParam[template.length]!.slice(1, -1)] = decodeURIComponent(seg);
+    } catch {
+      return 'not-found';
+    }
+    template = template.concat(withParam[template.length]!);
+  }
+  const tpl = `/${template.join('/')}`;
+  const methods = TABLE.filter(([, p]) => p === tpl).map(([m]) => m as string);
+  if (!methods.length) return 'not-found';
+  const m = method === 'HEAD' ? 'GET' : method;
+  return methods.includes(m) ? `found ${m} ${tpl} ${JSON.stringify(params)}` : 'method-not-allowed';
+}
+
+test('any path matches as the plain split-on-slash rules say', (t) => {
+  const seg = fc.oneof(
+    fc.constantFrom('', 'v1', 'orders', 'batch', 'cancel', 'items', 'ord_1', 'itm_2', '%41b', '%zz', '%2F', 'a%20b', '..'),
+    fc.string({ unit: fc.constantFrom('a', '%', '2', 'F', '/', '_'), maxLength: 6 }),
+  );
+  const path = fc.oneof(fc.array(seg, { maxLength: 6 }).map((s) => `/${s.join('/')}`), fc.constantFrom('/', '', 'v1/orders', '//', '/v1/'));
+  const r = router();
+  fc.assert(
+    fc.property(fc.constantFrom('GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH'), path, (method, p) => {
+      const m = r.match(method, p);
+      const got = m.kind === 'found' ? `found ${m.route} ${JSON.stringify(m.params)}` : m.kind;
+      if (got !== modelMatch(method, p)) throw new Error(`${method} ${p}: ${got} against ${modelMatch(method, p)}`);
+    }),
+    { numRuns: 5000 },
+  );
+  t.pass('5000 paths matched as the model says');
 });
