@@ -52,7 +52,11 @@ function requestHead(req: GatewayRequest): string {
 }
 
 interface Kept {
-  head: string;
+  tenant: string;
+  method: string;
+  path: string;
+  query: string;
+  contentType: string | undefined;
   body: Buffer | undefined;
   result: Result<unknown>;
   until: number;
@@ -66,6 +70,10 @@ interface Kept {
  * property 4); bounded in bytes, oldest first out (property 7).
  */
 export class ReplayCache {
+  // Keyed by the Idempotency-Key alone, the tenant checked in the entry: the header's string is
+  // hashed once, where a key joined to the tenant would be built and hashed anew per request.
+  // Two tenants that use the same key only take turns in the cache; neither is ever answered
+  // with the other's entry.
   private readonly entries: BoundedMap<string, Kept>;
 
   constructor(
@@ -77,29 +85,31 @@ export class ReplayCache {
 
   /** The kept answer to exactly this request under (tenant, key), if this gateway has it. */
   get(tenant: string, key: string, req: GatewayRequest, now = Date.now()): Result<unknown> | undefined {
-    const id = `${tenant}\u0000${key}`;
-    const e = this.entries.get(id);
-    if (!e) return undefined;
+    const e = this.entries.get(key);
+    if (!e || e.tenant !== tenant) return undefined;
     if (e.until <= now) {
-      this.entries.delete(id);
+      this.entries.delete(key);
       return undefined;
     }
-    // Another request under the key goes to the owner, which answers 422.
-    if (e.head !== requestHead(req) || !(e.body && req.body ? e.body.equals(req.body) : e.body === req.body)) return undefined;
+    // Another request under the key goes to the owner, which answers 422. Compared member by
+    // member: what requestHead joins for the fingerprint, without building it.
+    if (e.method !== req.method || e.path !== req.path || e.query !== req.query || e.contentType !== req.headers['content-type']) return undefined;
+    if (!(e.body && req.body ? e.body.equals(req.body) : e.body === req.body)) return undefined;
     return e.result;
   }
 
   set(tenant: string, key: string, req: GatewayRequest, result: Result<unknown>, now = Date.now()): void {
-    const id = `${tenant}\u0000${key}`;
-    const head = requestHead(req);
+    const contentType = req.headers['content-type'];
     // Characters count two bytes; 200 bytes stand for the map entry and the objects around it.
-    const size = (JSON.stringify(result).length + head.length + id.length) * 2 + (req.body?.length ?? 0) + 200;
+    const chars = JSON.stringify(result).length + tenant.length + key.length + req.method.length + req.path.length + req.query.length + (contentType?.length ?? 0);
+    const size = chars * 2 + (req.body?.length ?? 0) + 200;
     if (size > this.budgetBytes / 64) return; // one huge answer may not push out many small ones
     // Never past the owner's expiry of the key: after it, the owner would run the request anew.
     const until = Math.min(now + this.entryMs, result.keptUntil ?? Infinity);
     // Frozen: every replay shares the answer, and renderings of it are kept on it.
     // Oldest first out once over the budget.
-    this.entries.set(id, { head, body: req.body ? keptCopy(req.body) : undefined, result: deepFreeze(result), until }, size);
+    const body = req.body ? keptCopy(req.body) : undefined;
+    this.entries.set(key, { tenant, method: req.method, path: req.path, query: req.query, contentType, body, result: deepFreeze(result), until }, size);
   }
 }
 

@@ -48,3 +48,15 @@ test('an entry lives entryMs, and the byte budget pushes out the oldest', (t) =>
   cache.set('t', 'huge', req('{}'), huge, 0);
   t.is(cache.get('t', 'huge', req('{}'), 1), undefined, 'an answer too big for its share is not kept');
 });
+
+test('two tenants with the same key take turns in the cache, and neither gets the other\'s answer', (t) => {
+  const cache = new ReplayCache();
+  const theirs: Result<unknown> = { ok: true, value: { id: 'ord_2' }, replayed: true };
+  cache.set('t1', 'same', req('{"a":1}'), kept, 0);
+  cache.set('t2', 'same', req('{"a":1}'), theirs, 0);
+  t.is(cache.get('t2', 'same', req('{"a":1}'), 1), theirs);
+  t.is(cache.get('t1', 'same', req('{"a":1}'), 1), undefined, "t1's entry made way; t1's retry goes to the owner");
+  cache.set('t1', 'same', req('{"a":1}'), kept, 2);
+  t.is(cache.get('t1', 'same', req('{"a":1}'), 3), kept);
+  t.is(cache.get('t2', 'same', req('{"a":1}'), 3), undefined);
+});
