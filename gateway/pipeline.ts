@@ -283,6 +283,13 @@ const CLOSE_BRACE = 0x7d;
  * text is left for the parser to refuse.
  */
 function nestsDeeperThan(text: string, max: number): boolean {
+  // Nesting is never deeper than the number of opening brackets, counted natively by indexOf
+  // (brackets inside strings too, which only errs towards the exact scan below). Most bodies
+  // stop here: the character loop cost about 5 µs for a 2.8 KB batch-get body, this 50 ns.
+  let opens = 0;
+  for (let i = text.indexOf('['); i !== -1 && opens <= max; i = text.indexOf('[', i + 1)) opens++;
+  for (let i = text.indexOf('{'); i !== -1 && opens <= max; i = text.indexOf('{', i + 1)) opens++;
+  if (opens <= max) return false;
   let depth = 0;
   let inString = false;
   for (let i = 0; i < text.length; i++) {
