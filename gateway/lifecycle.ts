@@ -254,9 +254,20 @@ export function lifecycleHeaders(check: LifecycleCheck): Record<string, string> 
   return headers;
 }
 
+// Characters encodeURIComponent leaves as they are, letters and digits first: every id is made
+// of them, and testing costs less than the call it spares on each counted request.
+const UNESCAPED = /^[A-Za-z0-9_.!~*'()-]*$/;
+
 /** The successor template with the request's path parameters put in. */
 function fill(parts: string[], params: Record<string, string>): string {
   let out = '';
-  for (let i = 0; i < parts.length; i++) out += i % 2 === 0 ? parts[i]! : encodeURIComponent(params[parts[i]!] ?? `{${parts[i]!}}`);
+  for (let i = 0; i < parts.length; i++) {
+    if (i % 2 === 0) {
+      out += parts[i]!;
+      continue;
+    }
+    const value = params[parts[i]!] ?? `{${parts[i]!}}`;
+    out += UNESCAPED.test(value) ? value : encodeURIComponent(value);
+  }
   return out;
 }
