@@ -33,10 +33,6 @@ export class BoundedMap<K, V> {
     return this.map.get(key)?.value;
   }
 
-  has(key: K): boolean {
-    return this.map.has(key);
-  }
-
   /**
    * Adds or replaces `key` as the newest entry, then drops the oldest ones until the weights fit
    * the budget. An entry heavier than the whole budget is not kept.

@@ -93,15 +93,10 @@ export class Table<T> {
     return this.cache.weight;
   }
 
-  /** Forgets a record: it is about to change. */
-  forget(id: string): void {
-    this.cache.delete(id);
-  }
-
-  /** Marks a record as changing: until `settled`, reads of it go to LMDB and are not kept. */
+  /** Marks a record as changing: forgotten, and until `settled` read from LMDB and not kept. */
   changeStarted(id: string): void {
     if (!this.spec.cached) return;
-    this.forget(id);
+    this.cache.delete(id);
     this.changing.set(id, (this.changing.get(id) ?? 0) + 1);
   }
 
