@@ -44,14 +44,14 @@ export const eventActor: ActorDef<EventRecord, CommandOf<'event.get'>> = {
 
 /**
  * The writes that store `events`, and queue in the outbox those `deliverable` says someone may
- * be waiting for, for the change's transaction. Answers whether any was queued.
+ * be waiting for, for the change's transaction; `queued` says whether any was.
  */
 export function eventWrites(
   events: readonly EventRecord[],
   tables: { events: Table<EventRecord>; outbox: Table<OutboxEntry> },
   deliverable: (e: EventRecord) => boolean,
-  writes: Write<unknown>[],
-): boolean {
+): { writes: Write<unknown>[]; queued: boolean } {
+  const writes: Write<unknown>[] = [];
   let queued = false;
   for (const e of events) {
     writes.push({ table: tables.events as Table<unknown>, id: e.id, before: undefined, after: e });
@@ -59,7 +59,7 @@ export function eventWrites(
     writes.push({ table: tables.outbox as Table<unknown>, id: e.id, before: undefined, after: { id: e.id, tenant: e.tenant, created: e.created } });
     queued = true;
   }
-  return queued;
+  return { writes, queued };
 }
 
 /** The index prefix under which events are kept oldest first, for the retention sweep. */

@@ -409,10 +409,10 @@ export class ActorHost implements ActorEndpoint {
     const result = await this.holding([orderId], () =>
       this.wrapped(kind, async () => {
         const p = plan(this.now());
-        const writes = [...(p?.writes ?? [])];
-        const queued = p?.events?.length ? eventWrites(p.events, this.events, this.deliverable, writes) : false;
+        const emitted = p?.events?.length ? eventWrites(p.events, this.events, this.deliverable) : undefined;
+        const writes = emitted ? [...p!.writes, ...emitted.writes] : (p?.writes ?? []);
         if (writes.length) await this.store.commit(writes);
-        if (queued) this.dispatcher?.kick();
+        if (emitted?.queued) this.dispatcher?.kick();
         return p;
       }),
     );
@@ -540,8 +540,9 @@ export class ActorHost implements ActorEndpoint {
         writes = p.writes;
         // The outbox rows ride in the change's own transaction (ARCHITECTURE property 3).
         if (p.events?.length) {
-          writes = [...writes];
-          emitted = eventWrites(p.events, this.events, this.deliverable, writes);
+          const events = eventWrites(p.events, this.events, this.deliverable);
+          writes = [...writes, ...events.writes];
+          emitted = events.queued;
         }
         result = { ok: true, value: p.reply };
       } catch (err) {
