@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { BoundedMap } from '../common/bounded-map.js';
 import { deepFreeze } from '../common/freeze.js';
-import { open, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
+import { asBinary, open, type Binary, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
 export type IndexKey = (string | number)[];
 
@@ -47,6 +47,29 @@ const MAP_SIZE = 256 * 1024 ** 3;
 // named '🍕 ...' would fall out of name-sorted lists. A single 0xff byte is ordered-binary's
 // MAXIMUM_KEY, above every value it encodes (ordered-binary README).
 const HIGH = Buffer.from([0xff]);
+
+// lmdb-js refuses keys over 1978 bytes (its limit for 4 KiB pages). A key whose bound is at most
+// this is surely accepted: ordered-binary spends at most 3 bytes per UTF-16 unit and 1 to escape
+// a string's first character, 9 per number, and 1 to separate elements.
+const KEY_BYTES_SURE = 1978;
+
+interface Op {
+  db: Database<unknown, Key>;
+  key: Key;
+  /** The value's stored bytes; undefined: remove the key. */
+  value: Binary | undefined;
+}
+
+interface Encoding {
+  encoder: { encode(value: unknown): Uint8Array };
+}
+
+/** An upper bound of the bytes ordered-binary writes for `key`. */
+function keyBound(key: (string | number)[]): number {
+  let n = 0;
+  for (const part of key) n += typeof part === 'string' ? 3 * part.length + 2 : 10;
+  return n;
+}
 
 /**
  * Encoded bytes of records a cached table keeps decoded. About 3,000 orders or 7,000 users; the
@@ -114,10 +137,13 @@ export class Table<T> {
 export class Store {
   private readonly tables = new Map<string, Table<unknown>>();
   private readonly index: Database<number, Key>;
+  /** The value every index key holds, encoded once. */
+  private readonly present: Binary;
   private closed = false;
 
   private constructor(private readonly root: RootDatabase) {
     this.index = root.openDB<number, Key>({ name: 'index' });
+    this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
   }
 
   /** Opens (or creates) the node's state file inside `dir`. */
@@ -150,25 +176,18 @@ export class Store {
 
   /**
    * Commits the writes in one transaction and resolves once it is on disk. lmdb-js joins the
-   * transactions started in one event-loop turn into one LMDB commit and one fsync (group
-   * commit), on its write thread, so reads keep being served while the disk syncs.
+   * writes queued in one event-loop turn into one LMDB commit and one fsync (group commit), on
+   * its write thread, so reads keep being served while the disk syncs.
    */
   async commit(writes: Write<unknown>[]): Promise<void> {
     if (this.closed) throw new Error('store is closed');
+    // Every key and value is worked out before the first is queued, so nothing this process
+    // computes can fail between two of a commit's puts.
+    const ops = this.plan(writes);
     for (const w of writes) w.table.changeStarted(w.id);
     let flushed: Promise<void>;
     try {
-      // A child transaction of lmdb-js's batch: if apply throws halfway (a key LMDB refuses), the
-      // writes made so far are rolled back. A plain transaction() callback shares the batch's
-      // transaction, and what it wrote before throwing would be committed with the rest.
-      const committed = this.root.childTransaction(() => {
-        try {
-          for (const w of writes) this.apply(w);
-        } catch (err) {
-          this.forgetUnsavedShapes();
-          throw err;
-        }
-      });
+      const committed = ops.keysFit ? this.queue(ops.list) : this.nested(ops.list);
       // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
       // pending when `then` is called: call it now, while that is ours. Awaited after the commit
       // it would name whatever batch came next, and every write would wait one more fsync.
@@ -183,31 +202,66 @@ export class Store {
   }
 
   /**
-   * msgpackr stores each new record shape (its member names) once, inside the transaction that
-   * first encodes it, and from then on believes it stored. When that transaction is rolled back
-   * the shape is gone from LMDB, yet later records would be written pointing at it and read back
-   * wrong after a restart. Marked uninitialized, each encoder reloads the stored shapes before
-   * its next record (msgpackr does the same when a save of its own fails). Called before the
-   * rollback, so the reload, on the next encode, sees LMDB without this transaction's shapes.
+   * The common case: the puts go to lmdb-js's write thread as one block of instructions, which
+   * it applies inside one transaction (a block is never split across two), with no call back
+   * into this thread. A put LMDB refuses there fails the whole transaction, every commit in it
+   * included, and lmdb-js rejects each of their promises: all or nothing still holds.
    */
-  private forgetUnsavedShapes(): void {
-    for (const table of this.tables.values()) {
-      const structures = (table.db as unknown as { encoder?: { structures?: { uninitialized?: boolean } } }).encoder?.structures;
-      if (structures) structures.uninitialized = true;
-    }
+  private queue(list: Op[]): Promise<unknown> {
+    return this.root.batch(() => {
+      for (const op of list) {
+        if (op.value === undefined) void op.db.remove(op.key);
+        else void op.db.put(op.key, op.value);
+      }
+    });
   }
 
-  private apply<T>(w: Write<T>): void {
-    const { table, id, before, after } = w;
-    const oldKeys = before === undefined ? [] : table.spec.indexKeys(before);
-    const newKeys = after === undefined ? [] : table.spec.indexKeys(after);
-    const fresh = new Set(newKeys.map(keyString));
-    const stale = new Set(oldKeys.map(keyString));
-    // Inside a transaction callback the *Sync forms write to that transaction.
-    for (const k of oldKeys) if (!fresh.has(keyString(k))) this.index.removeSync([table.spec.name, ...k]);
-    for (const k of newKeys) if (!stale.has(keyString(k))) this.index.putSync([table.spec.name, ...k], 1);
-    if (after === undefined) table.db.removeSync(id);
-    else table.db.putSync(id, after);
+  /**
+   * A key that may be over LMDB's limit: lmdb-js refuses it while queueing, after the puts before
+   * it were queued. A child transaction of lmdb-js's batch rolls those back.
+   */
+  private nested(list: Op[]): Promise<unknown> {
+    return this.root.childTransaction(() => {
+      for (const op of list) {
+        if (op.value === undefined) op.db.removeSync(op.key);
+        else op.db.putSync(op.key, op.value);
+      }
+    });
+  }
+
+  /**
+   * The puts and removes of `writes`, in order, with their values encoded, and whether every key
+   * is surely short enough. Encoding here, before anything is queued, means msgpackr stores a
+   * new record shape (in a transaction of its own, lmdb-js's saveStructures) before the write
+   * thread can be inside this commit's block. A synchronous transaction makes the write thread
+   * commit what it holds at once, and were it inside the block, half of it.
+   */
+  private plan(writes: Write<unknown>[]): { list: Op[]; keysFit: boolean } {
+    const list: Op[] = [];
+    let keysFit = true;
+    for (const { table, id, before, after } of writes) {
+      const oldKeys = before === undefined ? [] : table.spec.indexKeys(before);
+      const newKeys = after === undefined ? [] : table.spec.indexKeys(after);
+      const fresh = new Set(newKeys.map(keyString));
+      const stale = new Set(oldKeys.map(keyString));
+      const name = table.spec.name;
+      for (const k of oldKeys) {
+        if (fresh.has(keyString(k))) continue;
+        const key = [name, ...k];
+        keysFit &&= keyBound(key) <= KEY_BYTES_SURE;
+        list.push({ db: this.index, key, value: undefined });
+      }
+      for (const k of newKeys) {
+        if (stale.has(keyString(k))) continue;
+        const key = [name, ...k];
+        keysFit &&= keyBound(key) <= KEY_BYTES_SURE;
+        list.push({ db: this.index, key, value: this.present });
+      }
+      keysFit &&= keyBound([id]) <= KEY_BYTES_SURE;
+      const db = table.db as unknown as Database<unknown, Key> & Encoding;
+      list.push({ db, key: id, value: after === undefined ? undefined : asBinary(db.encoder.encode(after)) });
+    }
+    return { list, keysFit };
   }
 
   /** Ids in index order after the keyset position, at most `limit`, with their sort values. */

@@ -41,6 +41,42 @@ test('a commit that fails halfway writes nothing', async (t) => {
   t.is(docs.get('d1')!.version, 1);
 });
 
+test('a key that may be over the limit takes the rolled-back path and still commits when it fits', async (t) => {
+  const store = await withStore(t);
+  const docs = store.table(DOCS);
+  // 1,000 ASCII characters: over the sure bound (3 bytes a character), 1,001 bytes in fact.
+  const long = 'k'.repeat(1000);
+  await store.commit([
+    { table: docs, id: 'd1', before: undefined, after: doc('d1', 1) },
+    { table: docs, id: long, before: undefined, after: doc(long, 1) },
+  ]);
+  t.is(docs.get(long)!.version, 1);
+  t.is(docs.get('d1')!.version, 1);
+});
+
+test('many commits queued in one turn, each with record shapes never seen before, are all stored whole', async (t) => {
+  const dir = await tempDir('store-turn');
+  t.teardown(() => removeDir(dir));
+  let store = Store.open(dir);
+  let docs = store.table(PLAIN);
+  // Over a thousand puts of a known shape first: lmdb-js starts its write thread before the turn
+  // ends, while the later commits, each with new shapes for msgpackr to store, are being queued.
+  const shaped = (i: number, j: number) => (i < 260 ? doc(`s${i}-${j}`, i) : ({ ...doc(`s${i}-${j}`, i), [`m${i}_${j}`]: j } as Doc));
+  const commits = [];
+  for (let i = 0; i < 300; i++) {
+    commits.push(store.commit([0, 1, 2, 3].map((j) => ({ table: docs, id: `s${i}-${j}`, before: undefined, after: shaped(i, j) }))));
+  }
+  await Promise.all(commits);
+  await store.close();
+  store = Store.open(dir);
+  docs = store.table(PLAIN);
+  try {
+    for (let i = 0; i < 300; i++) for (let j = 0; j < 4; j++) t.deepEqual(docs.get(`s${i}-${j}`), shaped(i, j));
+  } finally {
+    await store.close();
+  }
+});
+
 test('a cached record is frozen to its members, so a reader cannot change what others read', async (t) => {
   const store = await withStore(t);
   const docs = store.table(DOCS);
