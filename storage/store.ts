@@ -242,17 +242,15 @@ export class Store {
     for (const { table, id, before, after } of writes) {
       const oldKeys = before === undefined ? [] : table.spec.indexKeys(before);
       const newKeys = after === undefined ? [] : table.spec.indexKeys(after);
-      const fresh = new Set(newKeys.map(keyString));
-      const stale = new Set(oldKeys.map(keyString));
       const name = table.spec.name;
       for (const k of oldKeys) {
-        if (fresh.has(keyString(k))) continue;
+        if (includesKey(newKeys, k)) continue;
         const key = [name, ...k];
         keysFit &&= keyBound(key) <= KEY_BYTES_SURE;
         list.push({ db: this.index, key, value: undefined });
       }
       for (const k of newKeys) {
-        if (stale.has(keyString(k))) continue;
+        if (includesKey(oldKeys, k)) continue;
         const key = [name, ...k];
         keysFit &&= keyBound(key) <= KEY_BYTES_SURE;
         list.push({ db: this.index, key, value: this.present });
@@ -294,8 +292,12 @@ export class Store {
   }
 }
 
-// Index keys are compared as values. The strings we index hold no control characters (the
-// schemas and the token check refuse them), so NUL cannot make two keys look alike.
-function keyString(k: IndexKey): string {
-  return k.join('\u0000');
+/** Whether `keys` holds a key equal to `k`, element by element (a record has a handful). */
+function includesKey(keys: IndexKey[], k: IndexKey): boolean {
+  outer: for (const other of keys) {
+    if (other.length !== k.length) continue;
+    for (let i = 0; i < k.length; i++) if (other[i] !== k[i]) continue outer;
+    return true;
+  }
+  return false;
 }
