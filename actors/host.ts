@@ -4,6 +4,7 @@
 // committed state, and a write is acknowledged only once committed, so a client always reads
 // its own acknowledged writes.
 
+import { BoundedMap } from '../common/bounded-map.js';
 import type { ActorEndpoint } from '../common/bus.js';
 import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
@@ -137,6 +138,8 @@ export class ActorHost implements ActorEndpoint {
   private readonly idem: Table<IdemRecord>;
   private readonly usage: Table<UsageRecord>;
   private readonly boxes = new Map<string, Mailbox>();
+  /** Tenants a scan found without webhook endpoints, with the endpoints table's stamp then. */
+  private readonly noEndpoints = new BoundedMap<string, number>(10_000);
   private inflight = 0;
   private readonly inflightLimit: number;
   private readonly ttlMs: number;
@@ -224,11 +227,17 @@ export class ActorHost implements ActorEndpoint {
    * no further, which spares every write of such a tenant the row, its removal and a fan-out.
    * Only the owner of the tenant's endpoints can tell, in its own LMDB; for any other tenant
    * (cluster mode) the row is written and the fan-out decides. An endpoint whose creation was
-   * acknowledged is seen here: its commit renewed the read snapshot.
+   * acknowledged is seen here: its commit renewed the read snapshot. A tenant found without
+   * one is remembered until the endpoints table next changes.
    */
   private readonly deliverable = (e: EventRecord): boolean => {
     if (e.endpointId !== undefined || !this.owns(partitionFor(e.tenant))) return true;
-    return this.store.scan(this.actors.webhook.table as Table<unknown>, { prefix: endpointsPrefix(e.tenant), after: undefined, reverse: false, limit: 1 }).length > 0;
+    const endpoints = this.actors.webhook.table;
+    const stamp = endpoints.quietStamp;
+    if (stamp !== undefined && this.noEndpoints.get(e.tenant) === stamp) return false;
+    const any = this.store.scan(endpoints as Table<unknown>, { prefix: endpointsPrefix(e.tenant), after: undefined, reverse: false, limit: 1 }).length > 0;
+    if (!any && stamp !== undefined) this.noEndpoints.set(e.tenant, stamp);
+    return any;
   };
 
   async handle(cmd: Command): Promise<Result<unknown>> {

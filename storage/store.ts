@@ -87,6 +87,9 @@ export class Table<T> {
   // promise's continuation, a cached entry could be older than the index beside it (a list
   // filtered by status would show a row with the old status), so these are read from LMDB.
   private readonly changing = new Map<string, number>();
+  // Writes begun or settled, and writes under way, in every table (cached or not).
+  private stamp = 0;
+  private pending = 0;
 
   constructor(
     readonly spec: TableSpec<T>,
@@ -116,8 +119,19 @@ export class Table<T> {
     return this.cache.weight;
   }
 
+  /**
+   * A number that changes whenever a write to this table begins or settles, or undefined while
+   * one is under way. Two equal stamps mean the table, as readers see it, did not change in
+   * between: a fact derived from it at the first (say, that a scan found nothing) still holds.
+   */
+  get quietStamp(): number | undefined {
+    return this.pending === 0 ? this.stamp : undefined;
+  }
+
   /** Marks a record as changing: forgotten, and until `settled` read from LMDB and not kept. */
   changeStarted(id: string): void {
+    this.stamp++;
+    this.pending++;
     if (!this.spec.cached) return;
     this.cache.delete(id);
     this.changing.set(id, (this.changing.get(id) ?? 0) + 1);
@@ -125,6 +139,8 @@ export class Table<T> {
 
   /** The change begun by `changeStarted` is visible to reads, or will never be. */
   changeSettled(id: string): void {
+    this.stamp++;
+    this.pending--;
     if (!this.spec.cached) return;
     const n = this.changing.get(id);
     if (n === undefined) return;

@@ -67,3 +67,44 @@ test('an event is queued for delivery only when its tenant has a webhook endpoin
     await store.close();
   }
 });
+
+test('a tenant found without endpoints queues again from the moment it has one, and stops once it has none', async (t) => {
+  const dir = await tempDir('outbox-change');
+  t.teardown(() => removeDir(dir));
+  const TENANT = 'comes-and-goes';
+  const partition = partitionFor(TENANT);
+  const host = new ActorHost({ dataDir: dir, partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log: silentLog() });
+  const created: string[] = [];
+  const order = async (): Promise<void> => {
+    const id = newId('order', partition);
+    await ok(host.handle({ kind: 'order.create', tenant: TENANT, partition, id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+    created.push(id);
+  };
+  try {
+    // Twice without an endpoint: the second is answered from what the first scan found.
+    await order();
+    await order();
+    const endpoint = await ok<EndpointRecord>(host.handle(endpointCreate(TENANT, 'https://hooks.example.com/in')));
+    await order();
+    await ok(host.handle({ kind: 'webhook.delete', tenant: TENANT, partition, id: endpoint.id } as Command));
+    await order();
+    await order();
+  } finally {
+    await host.close();
+  }
+
+  const store = Store.open(dir);
+  try {
+    const events = store.table(EVENTS);
+    const outbox = store.table(OUTBOX);
+    const ids = (table: Table<unknown>): string[] => store.scan(table, { prefix: [], after: undefined, reverse: false, limit: 100 }).map((r) => r.id);
+    const queued = new Set(ids(outbox as Table<unknown>));
+    const queuedFor = created.map((orderId) => {
+      const event = ids(events as Table<unknown>).map((id) => events.get(id) as EventRecord).find((e) => e.type === 'order.created' && (e.data as { id: string }).id === orderId);
+      return queued.has(event!.id);
+    });
+    t.deepEqual(queuedFor, [false, false, true, false, false]);
+  } finally {
+    await store.close();
+  }
+});
