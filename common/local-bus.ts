@@ -12,10 +12,12 @@ export class LocalBus implements Bus {
     this.deadlines = new Deadlines(timeoutMs);
   }
 
+  /** Sets the command's `budgetMs`: a command is built for one send, so it is not copied first. */
   send(cmd: Command): Promise<Result<unknown>> {
     const answered = this.host.read?.(cmd);
     if (answered) return Promise.resolve(answered);
-    return this.deadlines.race(this.host.handle({ ...cmd, budgetMs: this.timeoutMs }));
+    cmd.budgetMs = this.timeoutMs;
+    return this.deadlines.race(this.host.handle(cmd));
   }
 
   async scatter(q: Query): Promise<Result<unknown>[]> {

@@ -34,9 +34,11 @@ export class BusClient {
     return this.idem?.tag;
   }
 
+  /** Tags the command with the request's key, if it has none: a command is built for one call. */
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
     if (!this.idem) return unwrap(await this.bus.send(cmd));
-    const result = await this.bus.send(cmd.idem ? cmd : { ...cmd, idem: this.idem.tag });
+    cmd.idem ??= this.idem.tag;
+    const result = await this.bus.send(cmd);
     if (result.replayed) this.idem.seen.replayed = true;
     return unwrap(result);
   }
