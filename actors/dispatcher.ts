@@ -58,6 +58,9 @@ interface HostLink {
   log: Logger;
 }
 
+/** Where a delivery connects (its URL and checked addresses), or why it may not. */
+type Target = { url: URL; addresses: Address[] } | string;
+
 interface Worker {
   tenant: string;
   running: boolean;
@@ -109,7 +112,7 @@ export class Dispatcher {
   private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
   private readonly bodies = new Map<string, string>();
   private readonly urls = new Map<string, URL>();
-  private readonly resolved = new Map<string, { at: number; answer: Promise<Address[] | string> }>();
+  private readonly resolved = new Map<string, { at: number; answer: Promise<Address[] | string>; settled?: Address[] | string }>();
   private readonly failing = new Map<string, number>();
   /** When each endpoint last answered 2xx, as this process saw it. */
   private readonly succeeded = new Map<string, number>();
@@ -262,13 +265,13 @@ export class Dispatcher {
         else woken.set(e.id, { endpoint: e, items: [{ d, event }] });
       }
     }
-    // First attempts start while this commit flushes: should it never land, the outbox rows it
-    // removes stay, and the fan-out is done again (at least once). Each outcome's commit queues
-    // behind it, so an outcome is never stored before its delivery.
+    // First attempts start before this commit lands (their signatures are asked for first, so
+    // the pool signs while the commit is encoded): should it never land, the outbox rows it
+    // removes stay, and the fan-out is done again (at least once). It is queued in this same
+    // turn, and an outcome only after an answer, so an outcome is never stored before its delivery.
     if (!writes.length) return kept;
-    const committed = this.store.commit(writes);
     this.sendFresh(woken);
-    await committed;
+    await this.store.commit(writes);
     return kept;
   }
 
@@ -499,12 +502,14 @@ export class Dispatcher {
         );
       });
     };
-    let targets: ({ url: URL; addresses: Address[] } | string)[];
+    let targets: Target[];
     const tasks: SignTask[] = [];
     const sends: { s: State; d: DeliveryRecord; url: URL; addresses: Address[]; body: string }[] = [];
     try {
-      // Each distinct host resolved and checked once for the whole batch.
-      targets = await Promise.all(state.map((s) => this.targetOf(s.job.endpoint, now)));
+      // Each distinct host resolved and checked once for the whole batch; no await when every
+      // answer is already known.
+      const found = state.map((s) => this.targetOf(s.job.endpoint, now));
+      targets = found.some((x) => x instanceof Promise) ? await Promise.all(found.map(async (x) => x)) : (found as Target[]);
       for (let j = 0; j < state.length; j++) {
         const s = state[j]!;
         const target = targets[j]!;
@@ -559,7 +564,7 @@ export class Dispatcher {
    * to one host, one DNS answer). So a DNS change reaches deliveries at most that late; whatever
    * address is used was checked, and the request connects to it (actors/webhook-send.ts pins it).
    */
-  private async targetOf(endpoint: EndpointRecord, now: number): Promise<{ url: URL; addresses: Address[] } | string> {
+  private targetOf(endpoint: EndpointRecord, now: number): Target | Promise<Target> {
     let url: URL;
     try {
       url = this.urlOf(endpoint);
@@ -570,24 +575,29 @@ export class Dispatcher {
     const key = url.hostname;
     let cached = this.resolved.get(key);
     if (!cached || now - cached.at >= RESOLVE_CACHE_MS || now < cached.at) {
-      const at = now;
-      const answer = resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(
-        (addresses) => addresses,
-        (err: unknown) => {
-          if (!(err instanceof TargetRefused)) throw err;
-          return `refused target: ${err.message}`;
-        },
-      );
-      cached = { at, answer };
+      const entry: { at: number; answer: Promise<Address[] | string>; settled?: Address[] | string } = {
+        at: now,
+        answer: resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(
+          (addresses) => (entry.settled = addresses),
+          (err: unknown) => {
+            if (!(err instanceof TargetRefused)) throw err;
+            return (entry.settled = `refused target: ${err.message}`);
+          },
+        ),
+      };
+      cached = entry;
       if (this.resolved.size >= 10_000) this.resolved.clear();
-      this.resolved.set(key, cached);
+      this.resolved.set(key, entry);
       // A failed resolution is not kept.
-      answer.catch(() => {
-        if (this.resolved.get(key) === cached) this.resolved.delete(key);
+      entry.answer.catch(() => {
+        if (this.resolved.get(key) === entry) this.resolved.delete(key);
       });
     }
-    const addresses = await cached.answer;
-    return typeof addresses === 'string' ? addresses : { url, addresses };
+    // A settled answer is used at once: the fan-out then asks for its signatures in the same
+    // turn, and the pool signs while this thread stores the deliveries.
+    const settled = cached.settled;
+    if (settled !== undefined) return typeof settled === 'string' ? settled : { url, addresses: settled };
+    return cached.answer.then((addresses) => (typeof addresses === 'string' ? addresses : { url, addresses }));
   }
 
   /** The endpoint's URL, parsed and checked once per version of the endpoint. */
