@@ -147,6 +147,34 @@ test('only the subscribed event types are delivered', async (t) => {
   }
 });
 
+test('each fan-out reaches the endpoints as they are at that moment: one added, one whose types changed', async (t) => {
+  const { c, r: a, endpoint } = await setup(t, 'wh-change', ['order.created']);
+  const b = await startReceiver();
+  try {
+    const order = async (note: string): Promise<void> => {
+      t.is((await c.post('/v1/orders', { currency: 'EUR', note })).status, 201);
+    };
+    const notes = (r: Receiver): string[] => r.got.filter((g) => g.json?.type === 'order.created').map((g) => g.json.data.note as string).sort();
+    await order('first');
+    await until('the first event', () => notes(a).includes('first'));
+    const added = await c.post('/v1/webhook-endpoints', { endpointUrl: b.url, eventTypes: ['order.created'] });
+    t.is(added.status, 201);
+    await order('second');
+    await until('the second event at both', () => notes(a).includes('second') && notes(b).includes('second'));
+    t.is((await c.patch(`/v1/webhook-endpoints/${endpoint.id}`, { eventTypes: ['order.paid'] })).status, 200);
+    await order('third');
+    await until('the third event', () => notes(b).includes('third'));
+    // A ping marks the end of what went to the first endpoint: whatever was due has come.
+    t.is((await c.post(`/v1/webhook-endpoints/${endpoint.id}/test`)).status, 202);
+    await until('the ping', () => a.got.some((g) => g.json?.type === 'ping'));
+    t.deepEqual(notes(a), ['first', 'second']);
+    t.deepEqual(notes(b), ['second', 'third']);
+  } finally {
+    await a.close();
+    await b.close();
+  }
+});
+
 test('after a rotation both secrets sign for 24 h; each verifies', async (t) => {
   const { c, r, endpoint } = await setup(t, 'wh-rotate');
   try {
