@@ -107,7 +107,7 @@ interface IdemRecord {
 }
 
 // Keyed by tenant + key (the key's scope); indexed by expiry so the sweep reads only what is due.
-const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', indexKeys: (r) => [[r.expiresAt, r.id]] };
+const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 const SWEEP_BATCH = 1000;

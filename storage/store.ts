@@ -21,6 +21,12 @@ export interface TableSpec<T> {
    * ...). Tables mostly written and seldom read again (events, deliveries, keys) leave it off.
    */
   cached?: boolean;
+  /**
+   * Remember ids read and found missing, until a write to them begins. For a table that is not
+   * cached and is mostly asked for ids it does not hold: the idempotency keys, each looked up
+   * twice by the write that first uses it (the gateway's peek, then the turn).
+   */
+  missesKept?: boolean;
 }
 
 export interface Write<T> {
@@ -77,6 +83,9 @@ function keyBound(key: (string | number)[]): number {
  */
 export const RECORD_CACHE_BYTES = 1024 * 1024;
 
+/** Ids a `missesKept` table remembers as missing, newest kept. */
+const MISSES_KEPT = 10_000;
+
 export class Table<T> {
   // Recently read records, decoded and frozen, in insertion order (oldest evicted first). Only
   // this process writes its LMDB file (one node per DATA_DIR, static partitions), and every write
@@ -87,6 +96,8 @@ export class Table<T> {
   // promise's continuation, a cached entry could be older than the index beside it (a list
   // filtered by status would show a row with the old status), so these are read from LMDB.
   private readonly changing = new Map<string, number>();
+  // Ids read and found missing since the last write to them began (missesKept tables only).
+  private readonly missing = new BoundedMap<string, true>(MISSES_KEPT);
   // Writes begun or settled, and writes under way, in every table (cached or not).
   private stamp = 0;
   private pending = 0;
@@ -101,7 +112,14 @@ export class Table<T> {
    * be shared by every reader: derive a new object, never change it.
    */
   get(id: string): T | undefined {
-    if (!this.spec.cached) return this.db.get(id);
+    if (!this.spec.cached) {
+      if (!this.spec.missesKept) return this.db.get(id);
+      if (this.missing.get(id)) return undefined;
+      const found = this.db.get(id);
+      // Not while a write to it is under way: it may land, and nothing would forget this then.
+      if (found === undefined && !this.changing.has(id)) this.missing.set(id, true);
+      return found;
+    }
     if (this.changing.has(id)) return deepFreeze(this.db.get(id));
     const hit = this.cache.get(id);
     if (hit !== undefined) return hit;
@@ -132,8 +150,9 @@ export class Table<T> {
   changeStarted(id: string): void {
     this.stamp++;
     this.pending++;
-    if (!this.spec.cached) return;
+    if (!this.spec.cached && !this.spec.missesKept) return;
     this.cache.delete(id);
+    this.missing.delete(id);
     this.changing.set(id, (this.changing.get(id) ?? 0) + 1);
   }
 
@@ -141,7 +160,7 @@ export class Table<T> {
   changeSettled(id: string): void {
     this.stamp++;
     this.pending--;
-    if (!this.spec.cached) return;
+    if (!this.spec.cached && !this.spec.missesKept) return;
     const n = this.changing.get(id);
     if (n === undefined) return;
     if (n > 1) this.changing.set(id, n - 1);

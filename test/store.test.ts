@@ -77,6 +77,27 @@ test('many commits queued in one turn, each with record shapes never seen before
   }
 });
 
+test('a table that keeps misses answers a missing id from memory until a write to it begins', async (t) => {
+  const store = await withStore(t);
+  const KEYS: TableSpec<Doc> = { name: 'keys', missesKept: true, indexKeys: () => [] };
+  const keys = store.table(KEYS);
+  t.is(keys.get('k1'), undefined);
+  // Written behind the table's back, the miss is still what it answers: it answers from memory.
+  const raw = keys.db as unknown as { put(id: string, value: Doc): Promise<boolean> };
+  await raw.put('k1', doc('k1', 1));
+  t.is(keys.get('k1'), undefined, 'the miss is kept');
+  // A write through the store forgets it at once, and a read during the write keeps nothing.
+  const writing = store.commit([{ table: keys, id: 'k1', before: undefined, after: doc('k1', 2) }]);
+  t.is(keys.get('k1')!.version, 1, 'read from LMDB while the write is under way');
+  await writing;
+  t.is(keys.get('k1')!.version, 2);
+  t.is(keys.get('k2'), undefined);
+  const writingK2 = store.commit([{ table: keys, id: 'k2', before: undefined, after: doc('k2', 1) }]);
+  t.is(keys.get('k2'), undefined, 'not there yet');
+  await writingK2;
+  t.is(keys.get('k2')!.version, 1, 'a miss read while its write was under way was not kept');
+});
+
 test('a cached record is frozen to its members, so a reader cannot change what others read', async (t) => {
   const store = await withStore(t);
   const docs = store.table(DOCS);
