@@ -184,7 +184,8 @@ export class Store {
   /** Opens (or creates) the node's state file inside `dir`. */
   static open(dir: string): Store {
     mkdirSync(dir, { recursive: true });
-    const options: RootDatabaseOptionsWithPath = {
+    // asyncTransactionOrder is an lmdb-js option its typings leave out (open.js reads it).
+    const options: RootDatabaseOptionsWithPath & { asyncTransactionOrder: 'strict' } = {
       path: join(dir, 'state.mdb'),
       // Records share msgpack structures so repeated member names cost nothing on disk.
       sharedStructuresKey: Symbol.for('structures'),
@@ -193,6 +194,10 @@ export class Store {
       // map by mapping the file again, and every mapping counts the same pages in RSS once more.
       // Address space is cheap on 64-bit; the file itself grows only as data is written.
       mapSize: MAP_SIZE,
+      // A child transaction (Store.nested) runs where it was queued among the puts queued as
+      // blocks, so two commits land in the order they were made. Without it lmdb-js runs the
+      // callback after the instructions queued behind it.
+      asyncTransactionOrder: 'strict',
       // Durability is required: never noSync. overlappingSync (the default on Linux) lets the
       // next transaction start while the previous one flushes; we await `flushed` before acking.
     };
@@ -227,7 +232,10 @@ export class Store {
       // pending when `then` is called: call it now, while that is ours. Awaited after the commit
       // it would name whatever batch came next, and every write would wait one more fsync.
       flushed = this.root.flushed.then(() => undefined);
-      await committed;
+      await committed.catch((err: unknown) => {
+        this.forgetUnsavedShapes();
+        throw err;
+      });
     } finally {
       // Visible to every read from here on (lmdb-js renews its read snapshot before it resolves
       // a commit), or rolled back.
@@ -237,10 +245,26 @@ export class Store {
   }
 
   /**
+   * msgpackr stores a new record shape (the member names it then writes as a number) through
+   * lmdb-js, inside the write transaction open at that moment or one of its own, and from then
+   * on believes it stored. Should that transaction fail, the shape is gone from LMDB. Marked
+   * uninitialized, each encoder reloads the stored shapes before its next record, as msgpackr
+   * does when a save of its own fails. (lmdb-js also leaves a failed transaction's commit
+   * rejected with no handler, which ends the process; a restart reloads the shapes too.)
+   */
+  private forgetUnsavedShapes(): void {
+    for (const table of this.tables.values()) {
+      const structures = (table.db as unknown as { encoder?: { structures?: { uninitialized?: boolean } } }).encoder?.structures;
+      if (structures) structures.uninitialized = true;
+    }
+  }
+
+  /**
    * The common case: the puts go to lmdb-js's write thread as one block of instructions, which
-   * it applies inside one transaction (a block is never split across two), with no call back
-   * into this thread. A put LMDB refuses there fails the whole transaction, every commit in it
-   * included, and lmdb-js rejects each of their promises: all or nothing still holds.
+   * it applies inside one transaction (it commits only between blocks, or when a synchronous
+   * transaction interrupts it, and none is started while a block is being queued), with no call
+   * back into this thread. A put LMDB refuses there fails the whole transaction, every commit in
+   * it included, and lmdb-js rejects each of their promises: all or nothing still holds.
    */
   private queue(list: Op[]): Promise<unknown> {
     return this.root.batch(() => {
@@ -253,7 +277,8 @@ export class Store {
 
   /**
    * A key that may be over LMDB's limit: lmdb-js refuses it while queueing, after the puts before
-   * it were queued. A child transaction of lmdb-js's batch rolls those back.
+   * it were queued. A child transaction of lmdb-js's batch rolls those back. It runs where it was
+   * queued among the blocks (`asyncTransactionOrder: 'strict'`, Store.open).
    */
   private nested(list: Op[]): Promise<unknown> {
     return this.root.childTransaction(() => {
@@ -266,10 +291,8 @@ export class Store {
 
   /**
    * The puts and removes of `writes`, in order, with their values encoded, and whether every key
-   * is surely short enough. Encoding here, before anything is queued, means msgpackr stores a
-   * new record shape (in a transaction of its own, lmdb-js's saveStructures) before the write
-   * thread can be inside this commit's block. A synchronous transaction makes the write thread
-   * commit what it holds at once, and were it inside the block, half of it.
+   * is surely short enough. Whatever can throw (an index function, an encoder) throws here,
+   * before the first put is queued: a block cut short by a throw would still be committed.
    */
   private plan(writes: Write<unknown>[]): { list: Op[]; keysFit: boolean } {
     const list: Op[] = [];

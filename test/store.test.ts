@@ -54,6 +54,23 @@ test('a key that may be over the limit takes the rolled-back path and still comm
   t.is(docs.get('d1')!.version, 1);
 });
 
+test('two commits made in one turn land in that order, whichever way each reaches LMDB', async (t) => {
+  const store = await withStore(t);
+  const docs = store.table(DOCS);
+  const long = 'k'.repeat(1000);
+  for (let round = 0; round < 3; round++) {
+    // The first takes the child-transaction path (a key that may be over the limit), the second
+    // is queued as a block behind it; both write d1.
+    const first = store.commit([
+      { table: docs, id: 'd1', before: undefined, after: doc('d1', 2 * round + 1) },
+      { table: docs, id: long, before: undefined, after: doc(long, round) },
+    ]);
+    const second = store.commit([{ table: docs, id: 'd1', before: undefined, after: doc('d1', 2 * round + 2) }]);
+    await Promise.all([first, second]);
+    t.is(docs.get('d1')!.version, 2 * round + 2);
+  }
+});
+
 test('many commits queued in one turn, each with record shapes never seen before, are all stored whole', async (t) => {
   const dir = await tempDir('store-turn');
   t.teardown(() => removeDir(dir));
