@@ -78,6 +78,17 @@ function keyBound(key: (string | number)[]): number {
 }
 
 /**
+ * The index key of a table's record key `k`, with -0 written as 0: ordered-binary puts -0 above
+ * every positive number and reads it back as garbage, and a client may send -0 (JSON allows it,
+ * and it passes `minimum: 0`).
+ */
+function indexKey(table: string, k: IndexKey): IndexKey {
+  const key: IndexKey = [table];
+  for (const part of k) key.push(part === 0 ? 0 : part);
+  return key;
+}
+
+/**
  * Encoded bytes of records a cached table keeps decoded. About 3,000 orders or 7,000 users; the
  * decoded objects take a few times their encoded size, so a table holds a few MB at most.
  */
@@ -303,13 +314,13 @@ export class Store {
       const name = table.spec.name;
       for (const k of oldKeys) {
         if (includesKey(newKeys, k)) continue;
-        const key = [name, ...k];
+        const key = indexKey(name, k);
         keysFit &&= keyBound(key) <= KEY_BYTES_SURE;
         list.push({ db: this.index, key, value: undefined });
       }
       for (const k of newKeys) {
         if (includesKey(oldKeys, k)) continue;
-        const key = [name, ...k];
+        const key = indexKey(name, k);
         keysFit &&= keyBound(key) <= KEY_BYTES_SURE;
         list.push({ db: this.index, key, value: this.present });
       }
@@ -324,7 +335,7 @@ export class Store {
   scan(table: Table<unknown>, q: RangeQuery): { v: number | string; id: string }[] {
     const prefix = [table.spec.name, ...q.prefix];
     const width = prefix.length;
-    const edge = q.after ? [...prefix, q.after[0], q.after[1]] : undefined;
+    const edge = q.after ? [...prefix, q.after[0] === 0 ? 0 : q.after[0], q.after[1]] : undefined;
     const range = q.reverse
       ? { start: edge ?? [...prefix, HIGH], end: prefix, reverse: true }
       : { start: edge ?? prefix, end: [...prefix, HIGH] };

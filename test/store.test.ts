@@ -2,7 +2,7 @@
 // answers from memory, but never a record older than what LMDB holds, nor more than its budget.
 
 import test from 'ava';
-import { RECORD_CACHE_BYTES, Store, type TableSpec } from '../storage/store.js';
+import { RECORD_CACHE_BYTES, Store, type Table, type TableSpec } from '../storage/store.js';
 import { removeDir, tempDir } from './helpers/edge-kit.js';
 
 interface Doc {
@@ -69,6 +69,27 @@ test('two commits made in one turn land in that order, whichever way each reache
     await Promise.all([first, second]);
     t.is(docs.get('d1')!.version, 2 * round + 2);
   }
+});
+
+test('-0 in an index key is stored as 0: listed in numeric order, read back as 0, and replaced on update', async (t) => {
+  const store = await withStore(t);
+  const PRICED: TableSpec<Doc> = { name: 'priced', indexKeys: (d) => [['price', d.version, d.id]] };
+  const docs = store.table(PRICED);
+  // JSON.parse('-0') is -0, and -0 passes `minimum: 0`.
+  const negativeZero = JSON.parse('-0') as number;
+  await store.commit([
+    { table: docs, id: 'a', before: undefined, after: doc('a', 2) },
+    { table: docs, id: 'b', before: undefined, after: doc('b', negativeZero) },
+    { table: docs, id: 'c', before: undefined, after: doc('c', 1) },
+  ]);
+  const listed = () => store.scan(docs as Table<unknown>, { prefix: ['price'], after: undefined, reverse: false, limit: 10 });
+  t.deepEqual(listed(), [
+    { v: 0, id: 'b' },
+    { v: 1, id: 'c' },
+    { v: 2, id: 'a' },
+  ]);
+  await store.commit([{ table: docs, id: 'b', before: docs.get('b'), after: doc('b', 3) }]);
+  t.deepEqual(listed().map((r) => r.id), ['c', 'a', 'b']);
 });
 
 test('many commits queued in one turn, each with record shapes never seen before, are all stored whole', async (t) => {
