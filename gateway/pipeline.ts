@@ -212,6 +212,8 @@ function nextTraceId(): string {
 }
 
 function parseQuery(raw: string, route: RouteDef): URLSearchParams {
+  // Most requests carry no query: one shared empty instance (handlers only read a query).
+  if (raw === '') return EMPTY_QUERY;
   const query = new URLSearchParams(raw);
   const allowed = route.query ?? {};
   const errors = [];

@@ -405,7 +405,8 @@ export const orderRoutes: RouteDef[] = [
       const fields = parseFields(ctx.query, orderFields(ctx.version));
       const expand = parseExpand(ctx.query, ORDER_EXPANDS);
       const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, orderIdOf(ctx)) });
-      const products = await expansionProducts(ctx, [order], expand);
+      // Without items.product there is nothing to fetch, and no reason to wait a turn.
+      const products = expand.has('items.product') ? await expansionProducts(ctx, [order], expand) : undefined;
       return {
         status: 200,
         render: () => renderOrder(order, fields, expand, products, ctx.version),
