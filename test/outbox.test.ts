@@ -10,7 +10,7 @@ import { EVENTS, OUTBOX } from '../actors/events.js';
 import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
 import type { Command, Result } from '../proto/messages.js';
 import type { EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
-import { Store, type Table } from '../storage/store.js';
+import { Store, type Table, type TableSpec } from '../storage/store.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { endpointCreate } from './helpers/webhook-kit.js';
 
@@ -18,6 +18,23 @@ async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
   const r = await p;
   if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
   return r.value as T;
+}
+
+/**
+ * Every event the closed host left in `dir`, and its outbox rows by event id: read back from
+ * LMDB with no dispatcher running to take the rows.
+ */
+async function readBack(dir: string): Promise<{ events: EventRecord[]; queued: Map<string, OutboxEntry> }> {
+  const store = Store.open(dir);
+  try {
+    const all = <T>(spec: TableSpec<T>): T[] => {
+      const table = store.table(spec);
+      return store.scan(table as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 100 }).map((r) => table.get(r.id)!);
+    };
+    return { events: all(EVENTS), queued: new Map(all(OUTBOX).map((o) => [o.id, o])) };
+  } finally {
+    await store.close();
+  }
 }
 
 test('an event is queued for delivery only when its tenant has a webhook endpoint, or this node cannot tell', async (t) => {
@@ -47,25 +64,16 @@ test('an event is queued for delivery only when its tenant has a webhook endpoin
     await host.close();
   }
 
-  const store = Store.open(dir);
-  try {
-    const events = store.table(EVENTS);
-    const outbox = store.table(OUTBOX);
-    const ids = (table: Table<unknown>): string[] => store.scan(table, { prefix: [], after: undefined, reverse: false, limit: 100 }).map((r) => r.id);
-    const stored = ids(events as Table<unknown>).map((id) => events.get(id) as EventRecord);
-    const queued = new Set(ids(outbox as Table<unknown>));
-    const byTenant = (tenant: string, type: string): EventRecord | undefined => stored.find((e) => e.tenant === tenant && e.type === type);
-    // Every event is stored, for GET /v1/events.
-    for (const tenant of [QUIET, HOOKED, ELSEWHERE]) t.truthy(byTenant(tenant, 'order.created'), `${tenant}'s order.created is stored`);
-    t.false(queued.has(byTenant(QUIET, 'order.created')!.id), 'a tenant without endpoints queues nothing');
-    t.true(queued.has(byTenant(HOOKED, 'order.created')!.id), 'a tenant with an endpoint queues its events');
-    t.true(queued.has(byTenant(ELSEWHERE, 'order.created')!.id), 'a tenant whose endpoints this node does not own queues its events');
-    t.true(queued.has(byTenant(HOOKED, 'ping')!.id), 'a ping is queued');
-    t.is(queued.size, 3);
-    t.truthy((outbox.get(byTenant(HOOKED, 'order.created')!.id) as OutboxEntry | undefined)?.created);
-  } finally {
-    await store.close();
-  }
+  const { events: stored, queued } = await readBack(dir);
+  const byTenant = (tenant: string, type: string): EventRecord | undefined => stored.find((e) => e.tenant === tenant && e.type === type);
+  // Every event is stored, for GET /v1/events.
+  for (const tenant of [QUIET, HOOKED, ELSEWHERE]) t.truthy(byTenant(tenant, 'order.created'), `${tenant}'s order.created is stored`);
+  t.false(queued.has(byTenant(QUIET, 'order.created')!.id), 'a tenant without endpoints queues nothing');
+  t.true(queued.has(byTenant(HOOKED, 'order.created')!.id), 'a tenant with an endpoint queues its events');
+  t.true(queued.has(byTenant(ELSEWHERE, 'order.created')!.id), 'a tenant whose endpoints this node does not own queues its events');
+  t.true(queued.has(byTenant(HOOKED, 'ping')!.id), 'a ping is queued');
+  t.is(queued.size, 3);
+  t.truthy(queued.get(byTenant(HOOKED, 'order.created')!.id)?.created);
 });
 
 test('a tenant found without endpoints queues again from the moment it has one, and stops once it has none', async (t) => {
@@ -93,18 +101,10 @@ test('a tenant found without endpoints queues again from the moment it has one, 
     await host.close();
   }
 
-  const store = Store.open(dir);
-  try {
-    const events = store.table(EVENTS);
-    const outbox = store.table(OUTBOX);
-    const ids = (table: Table<unknown>): string[] => store.scan(table, { prefix: [], after: undefined, reverse: false, limit: 100 }).map((r) => r.id);
-    const queued = new Set(ids(outbox as Table<unknown>));
-    const queuedFor = created.map((orderId) => {
-      const event = ids(events as Table<unknown>).map((id) => events.get(id) as EventRecord).find((e) => e.type === 'order.created' && (e.data as { id: string }).id === orderId);
-      return queued.has(event!.id);
-    });
-    t.deepEqual(queuedFor, [false, false, true, false, false]);
-  } finally {
-    await store.close();
-  }
+  const { events, queued } = await readBack(dir);
+  const queuedFor = created.map((orderId) => {
+    const event = events.find((e) => e.type === 'order.created' && (e.data as { id: string }).id === orderId);
+    return queued.has(event!.id);
+  });
+  t.deepEqual(queuedFor, [false, false, true, false, false]);
 });
