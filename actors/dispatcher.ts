@@ -20,7 +20,6 @@
 // local table; otherwise (cluster mode) they are asked of their owner over the bus and kept for
 // ENDPOINT_CACHE_MS, so a change to an endpoint reaches other nodes' dispatchers within that.
 
-import { BoundedMap } from '../common/bounded-map.js';
 import type { Bus } from '../common/bus.js';
 import { newId, partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
@@ -31,7 +30,7 @@ import type { DeliveryAttempt, DeliveryRecord, EndpointRecord, EventRecord, Outb
 import type { Store, Table, Write } from '../storage/store.js';
 import { EVENTS, OUTBOX } from './events.js';
 import { Signer, type SignedPart } from './signer.js';
-import { DELIVERIES, ENDPOINTS, endpointsPrefix, liveSecrets, MAX_ENDPOINTS_PER_TENANT, pendingPrefix, wants } from './webhooks.js';
+import { DELIVERIES, ENDPOINTS, liveSecrets, MAX_ENDPOINTS_PER_TENANT, pendingPrefix, wants } from './webhooks.js';
 import { WebhookSender, type SendResult } from './webhook-send.js';
 import { parseTarget, resolveTarget, systemResolver, TargetRefused, type Address, type Resolver } from './webhook-target.js';
 
@@ -54,6 +53,8 @@ export interface DispatchOptions {
 
 interface HostLink {
   owns(partition: number): boolean;
+  /** The endpoints of a tenant this node owns, oldest first (actors/webhooks.ts OwnedEndpoints). */
+  ownedEndpoints(tenant: string): EndpointRecord[];
   send(cmd: Command): Promise<Result<unknown>>;
   now(): number;
   log: Logger;
@@ -95,8 +96,6 @@ interface Decision {
 const FANOUT_CHUNK = 64;
 const PER_ENDPOINT = 16;
 const ENDPOINT_CACHE_MS = 2000;
-/** Endpoint records the fan-out keeps in memory across the tenants it owns (a tenant holds at most 1,000). */
-const OWN_ENDPOINTS_KEPT = 50_000;
 const RETRY_AFTER_FAILURE_MS = 1000;
 /** Jitter spreads retries of many deliveries failing together (±20 %). */
 const JITTER = 0.2;
@@ -113,12 +112,6 @@ export class Dispatcher {
   private readonly deliveries: Table<DeliveryRecord>;
   private readonly workers = new Map<string, Worker>();
   private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
-  /**
-   * Endpoints of tenants this node owns, as last read, with the endpoints table's stamp then:
-   * good until that table next changes (a create, patch, delete, rotation or disable). Shared
-   * by every fan-out of the tenant's events; never changed. Weighed by endpoint.
-   */
-  private readonly ownEndpoints = new BoundedMap<string, { stamp: number; endpoints: EndpointRecord[] }>(OWN_ENDPOINTS_KEPT);
   private readonly bodies = new Map<string, string>();
   private readonly urls = new Map<string, URL>();
   private readonly resolved = new Map<string, { at: number; answer: Promise<Address[] | string>; settled?: Address[] | string }>();
@@ -343,18 +336,7 @@ export class Dispatcher {
 
   private async endpointsOf(tenant: string): Promise<EndpointRecord[]> {
     const partition = partitionFor(tenant);
-    if (this.host.owns(partition)) {
-      const stamp = this.endpoints.quietStamp;
-      const known = stamp === undefined ? undefined : this.ownEndpoints.get(tenant);
-      if (known && known.stamp === stamp) return known.endpoints;
-      const rows = this.store.scan(this.endpoints as Table<unknown>, { prefix: endpointsPrefix(tenant), after: undefined, reverse: false, limit: MAX_ENDPOINTS_PER_TENANT });
-      const endpoints = rows.flatMap(({ id }) => {
-        const e = this.endpoints.get(id);
-        return e && e.tenant === tenant ? [e] : [];
-      });
-      if (stamp !== undefined) this.ownEndpoints.set(tenant, { stamp, endpoints }, endpoints.length + 1);
-      return endpoints;
-    }
+    if (this.host.owns(partition)) return this.host.ownedEndpoints(tenant);
     const cached = this.remoteCache.get(tenant);
     if (cached && this.host.now() - cached.at < ENDPOINT_CACHE_MS) return cached.endpoints;
     if (!this.opts.remote) throw new Error(`no owner for the endpoints of partition ${partition}`);

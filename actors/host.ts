@@ -4,7 +4,6 @@
 // committed state, and a write is acknowledged only once committed, so a client always reads
 // its own acknowledged writes.
 
-import { BoundedMap } from '../common/bounded-map.js';
 import type { ActorEndpoint } from '../common/bus.js';
 import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
@@ -35,10 +34,10 @@ import { batchGetUsers, EMAIL_CLAIMS, planUserWrite, userActor, usersLock, type 
 import { orderActor } from './orders.js';
 import { productActor } from './products.js';
 import { eventActor, EVENTS, eventWrites, OUTBOX } from './events.js';
-import { deliveryActor, endpointActor, endpointsPrefix, MAX_ENDPOINTS_PER_TENANT } from './webhooks.js';
+import { deliveryActor, endpointActor, MAX_ENDPOINTS_PER_TENANT, OwnedEndpoints } from './webhooks.js';
 import { Dispatcher, type DispatchOptions } from './dispatcher.js';
 import { sweepEvents } from './event-sweep.js';
-import type { DeliveryRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
+import type { DeliveryRecord, EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { MAX_JOBS, RefundRunner, simulatedProcessor, type RefundProcessor } from './refund-runner.js';
 import { operationActor, planOperationSweep, planRefundStart, refundActor, type RefundTables } from './refunds.js';
 import { planUsageAdd, readUsage, USAGE, usageLock, type UsageRecord } from './usage.js';
@@ -138,8 +137,7 @@ export class ActorHost implements ActorEndpoint {
   private readonly idem: Table<IdemRecord>;
   private readonly usage: Table<UsageRecord>;
   private readonly boxes = new Map<string, Mailbox>();
-  /** Tenants a scan found without webhook endpoints, with the endpoints table's stamp then. */
-  private readonly noEndpoints = new BoundedMap<string, number>(10_000);
+  private readonly ownedEndpoints: OwnedEndpoints;
   private inflight = 0;
   private readonly inflightLimit: number;
   private readonly ttlMs: number;
@@ -173,6 +171,7 @@ export class ActorHost implements ActorEndpoint {
       operation: bind(operationActor),
     };
     this.events = { events: this.store.table(EVENTS), outbox: this.store.table(OUTBOX) };
+    this.ownedEndpoints = new OwnedEndpoints(this.store, this.actors.webhook.table as unknown as Table<EndpointRecord>);
     const members = this.actors.member;
     this.teamTables = {
       teams: this.actors.team.table as unknown as Table<TeamRecord>,
@@ -206,7 +205,13 @@ export class ActorHost implements ActorEndpoint {
       this.resumeOperations();
     }, SWEEP_EVERY_MS).unref();
     this.dispatcher = opts.webhooks
-      ? new Dispatcher(this.store, opts.webhooks, { owns: (p) => this.owns(p), send: (cmd) => this.handle(cmd), now: this.now, log: opts.log })
+      ? new Dispatcher(this.store, opts.webhooks, {
+          owns: (p) => this.owns(p),
+          ownedEndpoints: (tenant) => this.ownedEndpoints.of(tenant),
+          send: (cmd) => this.handle(cmd),
+          now: this.now,
+          log: opts.log,
+        })
       : undefined;
     this.dispatcher?.start();
   }
@@ -227,17 +232,12 @@ export class ActorHost implements ActorEndpoint {
    * no further, which spares every write of such a tenant the row, its removal and a fan-out.
    * Only the owner of the tenant's endpoints can tell, in its own LMDB; for any other tenant
    * (cluster mode) the row is written and the fan-out decides. An endpoint whose creation was
-   * acknowledged is seen here: its commit renewed the read snapshot. A tenant found without
-   * one is remembered until the endpoints table next changes.
+   * acknowledged is seen here: its commit renewed the read snapshot, and moved the endpoints
+   * table's stamp, which `ownedEndpoints` checks.
    */
   private readonly deliverable = (e: EventRecord): boolean => {
     if (e.endpointId !== undefined || !this.owns(partitionFor(e.tenant))) return true;
-    const endpoints = this.actors.webhook.table;
-    const stamp = endpoints.quietStamp;
-    if (stamp !== undefined && this.noEndpoints.get(e.tenant) === stamp) return false;
-    const any = this.store.scan(endpoints as Table<unknown>, { prefix: endpointsPrefix(e.tenant), after: undefined, reverse: false, limit: 1 }).length > 0;
-    if (!any && stamp !== undefined) this.noEndpoints.set(e.tenant, stamp);
-    return any;
+    return this.ownedEndpoints.of(e.tenant).length > 0;
   };
 
   async handle(cmd: Command): Promise<Result<unknown>> {

@@ -3,10 +3,11 @@
 // endpoints at one owner with one read. Secrets are minted by the gateway (decisions stay pure)
 // and are kept here; only the create and rotate answers ever show one.
 
+import { BoundedMap } from '../common/bounded-map.js';
 import { ApiError } from '../common/errors.js';
 import type { CommandOf, ListQuery } from '../proto/messages.js';
 import type { DeliveryRecord, EndpointRecord, SigningSecret } from '../proto/webhooks.js';
-import type { TableSpec } from '../storage/store.js';
+import type { Store, Table, TableSpec } from '../storage/store.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 import { emit } from './events.js';
 
@@ -20,6 +21,38 @@ export const ENDPOINTS: TableSpec<EndpointRecord> = { name: 'webhook-endpoints',
 /** Index prefix of one tenant's endpoints, oldest first. */
 export function endpointsPrefix(tenant: string): (string | number)[] {
   return [tenant, '*', 'createdAt'];
+}
+
+/** Endpoint records kept in memory across the tenants a node owns (a tenant holds at most 1,000). */
+const OWNED_ENDPOINTS_KEPT = 50_000;
+
+/**
+ * The endpoints of tenants this node owns, read from its LMDB and kept with the endpoints table's
+ * stamp then: good until that table next changes (a create, patch, delete, rotation or disable).
+ * The host asks whether a tenant has any (does an event need an outbox row?), the dispatcher
+ * fans out to them; both share one read. The records are never changed. Weighed by endpoint.
+ */
+export class OwnedEndpoints {
+  private readonly kept = new BoundedMap<string, { stamp: number; endpoints: EndpointRecord[] }>(OWNED_ENDPOINTS_KEPT);
+
+  constructor(
+    private readonly store: Store,
+    private readonly table: Table<EndpointRecord>,
+  ) {}
+
+  /** The tenant's endpoints, oldest first. Only for a tenant whose partition this node owns. */
+  of(tenant: string): EndpointRecord[] {
+    const stamp = this.table.quietStamp;
+    const known = stamp === undefined ? undefined : this.kept.get(tenant);
+    if (known && known.stamp === stamp) return known.endpoints;
+    const rows = this.store.scan(this.table as Table<unknown>, { prefix: endpointsPrefix(tenant), after: undefined, reverse: false, limit: MAX_ENDPOINTS_PER_TENANT });
+    const endpoints = rows.flatMap(({ id }) => {
+      const e = this.table.get(id);
+      return e && e.tenant === tenant ? [e] : [];
+    });
+    if (stamp !== undefined) this.kept.set(tenant, { stamp, endpoints }, endpoints.length + 1);
+    return endpoints;
+  }
 }
 
 /** The secrets that still sign at `now`, current first. */
