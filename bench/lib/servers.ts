@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { call } from './http.js';
 import { benchEntry, projectRoot, serviceActorsMain, serviceGatewayMain } from './paths.js';
+import { startNodeOptions } from './node-options.js';
 import { startProcess, type Proc } from './proc.js';
 import { benchSecret } from './token.js';
 
@@ -42,7 +43,8 @@ function serviceCommand(entry: string, env: Record<string, string>): { cmd: stri
   // BENCH_SERVICE_NODE_ARGS: node options for the service's processes only, e.g.
   // `--cpu-prof --cpu-prof-dir=/tmp/prof` (NODE_OPTIONS refuses --cpu-prof, and would reach the
   // load generator and the baselines too).
-  const nodeArgs = (process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
+  // They come after the options `npm start` gives the service, so they can override them.
+  const nodeArgs = [...startNodeOptions(projectRoot), ...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')];
   return { cmd, args: [...nodeArgs, ...args], env: { ...env, BENCH_ENTRY: entry } };
 }
 
