@@ -1,12 +1,14 @@
 // Scenario: what an Idempotency-Key costs (issue targets): a POST with a fresh key against a plain
 // POST, and a replay (the same key and body every time, so every request after the first is
 // answered from the stored result) against a GET of one order. All four run against the service
-// in the same run, so the figures are ratios between them.
+// in the same run, so the figures are ratios between them. The same four run against the cluster
+// too (gateway, one actor node, nats-server), where a keyed request's bus calls each cross NATS;
+// the targets are the embedded figures.
 import { closeHttp } from './lib/http.js';
 import { ORDER_BODY } from './lib/fixtures.js';
 import { createOrder } from './lib/orders.js';
 import { compare, finish, only, printRun, settings } from './lib/scenario.js';
-import { startService } from './lib/servers.js';
+import { startCluster, startService } from './lib/servers.js';
 import { mintToken } from './lib/token.js';
 
 const SCENARIO = 'idempotency';
@@ -17,7 +19,10 @@ const auth = { authorization: `Bearer ${token}` };
 const post = { ...auth, 'content-type': 'application/json' };
 
 const rows = await compare(
-  only([{ kind: 'service', start: () => startService() }]),
+  only([
+    { kind: 'service', start: () => startService() },
+    { kind: 'service-cluster', start: () => startCluster(token) },
+  ]),
   async (subject) => {
     const order = await createOrder(subject.url, token);
     return [
