@@ -515,3 +515,88 @@ test('batch-get reads an actor node of the earlier release, which answers only t
   t.deepEqual(body.data.map((u) => [u.id, u.email]), [[ids[1], 'b@x.io'], [ids[0], 'a@x.io']]);
   t.deepEqual(body.notFound, ['usr_nope']);
 });
+
+// ---- Idempotency-Key: what a keyed request asks of the bus ----
+
+/**
+ * A gateway of its own over the shared actor host, logging the kind of every bus message; the
+ * kinds in `refused` are answered 503 without reaching the host.
+ */
+function countingGateway(t: { context: Context }, refused: string[] = []): { gw: Gateway; kinds: string[] } {
+  const kinds: string[] = [];
+  const local = new LocalBus(t.context.host, 5000);
+  const counting: Bus = {
+    send(cmd) {
+      kinds.push(cmd.kind);
+      if (refused.includes(cmd.kind)) return Promise.resolve({ ok: false, error: { code: 'unavailable', detail: 'Owner busy.' } });
+      return local.send(cmd);
+    },
+    scatter(q) {
+      kinds.push(q.kind);
+      return local.scatter(q);
+    },
+    close: () => local.close(),
+  };
+  const config = loadConfig({ DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET });
+  return { gw: createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(counting), config, log: silentLog() }), kinds };
+}
+
+test('a first keyed create is one bus call; a retry through another gateway is answered by the owner unrun, then from that gateway', async (t) => {
+  const tok = t.context.admin;
+  const create = (idem: string): Call => ({ method: 'POST', path: '/v1/orders', headers: { ...bearer(tok), ...json, 'idempotency-key': idem }, body: { currency: 'EUR' } });
+  const a = countingGateway(t);
+  const first = await t.context.call(create('count-1'), a.gw);
+  t.is(first.status, 201, first.text);
+  t.deepEqual(a.kinds, ['order.create'], 'no idem.peek before the write');
+
+  const b = countingGateway(t);
+  const retry = await t.context.call(create('count-1'), b.gw);
+  t.is(retry.status, 201);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.headers.location, first.headers.location);
+  t.is(retry.text, first.text);
+  t.deepEqual(b.kinds, ['order.create'], 'the owner answers the retry from the key');
+  const again = await t.context.call(create('count-1'), b.gw);
+  t.is(again.headers['idempotent-replayed'], 'true');
+  t.is(again.text, first.text);
+  t.deepEqual(b.kinds, ['order.create'], 'kept by the gateway that replayed it: no bus call');
+});
+
+test('a keyed retry that fails before its write asks the owner for the kept answer, which wins', async (t) => {
+  const tok = t.context.admin;
+  const product = await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'Gone soon', price: 500, currency: 'EUR' } });
+  t.is(product.status, 201, product.text);
+  const productId = (product.json() as { id: string }).id;
+  const create: Call = {
+    method: 'POST',
+    path: '/v1/orders',
+    headers: { ...bearer(tok), ...json, 'idempotency-key': 'count-2' },
+    body: { currency: 'EUR', items: [{ productId, quantity: 1 }] },
+  };
+  const first = await t.context.call(create);
+  t.is(first.status, 201, first.text);
+  t.is((await t.context.call({ method: 'DELETE', path: `/v1/products/${productId}`, headers: bearer(tok) })).status, 204);
+
+  const a = countingGateway(t);
+  const retry = await t.context.call(create, a.gw);
+  t.is(retry.status, 201, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.text, first.text);
+  t.is(a.kinds.at(-1), 'idem.peek', `pricing failed, then the key was looked up: ${a.kinds.join(', ')}`);
+  t.false(a.kinds.includes('order.create'), 'nothing was written');
+
+  // A refused first attempt keeps nothing: the same failure again, and the peek finds no answer.
+  const fresh = await t.context.call({ ...create, headers: { ...create.headers, 'idempotency-key': 'count-3' } }, a.gw);
+  assertProblem(t, fresh, 422, 'validation-failed');
+  t.not(fresh.headers['idempotent-replayed'], 'true');
+});
+
+test('a keyed write answered 503 is not followed by a look-up of the key: the 503 goes out as it is', async (t) => {
+  const a = countingGateway(t, ['order.create']);
+  const res = await t.context.call(
+    { method: 'POST', path: '/v1/orders', headers: { ...bearer(t.context.admin), ...json, 'idempotency-key': 'count-4' }, body: { currency: 'EUR' } },
+    a.gw,
+  );
+  assertProblem(t, res, 503, 'unavailable');
+  t.deepEqual(a.kinds, ['order.create']);
+});
