@@ -509,7 +509,7 @@ export class ActorHost implements ActorEndpoint {
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     let held = keys;
     if (cmd.idem) {
-      // A kept answer is found in the turn: a retry's write is answered with it, unrun.
+      // A kept answer is found in the turn (the gateway usually asked already, with idem.peek).
       const id = idemId(cmd.tenant, cmd.idem.key);
       if (this.boxes.has(idemBox(id))) return Promise.resolve(IN_FLIGHT);
       held = [idemBox(id), ...keys];
@@ -559,16 +559,13 @@ export class ActorHost implements ActorEndpoint {
         stat.errors++;
         result = { ok: false, error: toWire(err) };
       }
-      let answer = result;
       if (cmd.idem) {
         const after: IdemRecord = { id, fingerprint: cmd.idem.fingerprint, result, expiresAt: now + this.ttlMs };
         writes.push({ table: this.idem as Table<unknown>, id, before, after });
-        // Tells the gateway the key was checked here and this answer is the one kept under it.
-        answer = { ...result, keptUntil: after.expiresAt };
       }
       if (writes.length) await this.store.commit(writes);
       if (emitted) this.dispatcher?.kick();
-      return answer;
+      return result;
     } catch (err) {
       return this.failed(stat, cmd.kind, err);
     } finally {

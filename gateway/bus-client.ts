@@ -8,11 +8,6 @@ import type { Command, IdemTag, Query, ReplyMap, Result } from '../proto/message
 /** What a request with an Idempotency-Key learns from its writes. */
 export interface Replay {
   replayed: boolean;
-  /**
-   * The owner's answer under the key, first or replayed: the owner has decided, and nothing the
-   * gateway finds later changes that answer.
-   */
-  kept?: Result<unknown>;
 }
 
 function unwrap<T>(r: Result<unknown>): T {
@@ -44,8 +39,6 @@ export class BusClient {
     if (!this.idem) return unwrap(await this.bus.send(cmd));
     cmd.idem ??= this.idem.tag;
     const result = await this.bus.send(cmd);
-    // Only an owner that checked the key and kept its answer says until when (actors/host.ts).
-    if (result.keptUntil !== undefined) this.idem.seen.kept = result;
     if (result.replayed) this.idem.seen.replayed = true;
     return unwrap(result);
   }

@@ -20,7 +20,6 @@ import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
 import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, parseIfMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
-import type { Result } from '../proto/messages.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
 import { relink, type ApiVersion } from './versions.js';
@@ -120,18 +119,33 @@ export function createGateway(deps: GatewayDeps): Gateway {
         idempotencyKey,
         version: route.version ?? 'v1',
       };
-      let outcome: Outcome;
-      if (idempotencyKey === undefined) {
-        ctx.query = parseQuery(req.query, route);
-        ctx.body = parseBody(req, route, deps.config);
-        outcome = await route.handle(ctx);
-      } else {
+      let outcome: Outcome | undefined;
+      if (idempotencyKey !== undefined) {
         replay = { replayed: false };
         // A kept answer is looked for before the query and body are parsed: it was only kept for
         // a request that passed them, and a retry repeats their bytes.
-        const kept = route.replay ? replays.get(principalOf(ctx).tenant, idempotencyKey, req) : undefined;
-        outcome = kept ? keptOutcome(ctx, route, replay, kept) : await runKeyed(ctx, route, idempotencyKey, replay);
+        let kept = route.replay ? replays.get(principalOf(ctx).tenant, idempotencyKey, req) : undefined;
+        if (!kept) {
+          const tag = idemTag(req, idempotencyKey);
+          ctx.bus = deps.bus.withIdempotency(tag, replay);
+          if (route.replay) {
+            const tenant = principalOf(ctx).tenant;
+            const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
+            if (peeked.replayed) replays.set(tenant, idempotencyKey, req, (kept = peeked));
+            else if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
+          }
+        }
+        if (kept) {
+          replay.replayed = true;
+          if (!kept.ok) throw fromWire(kept.error);
+          outcome = route.replay!.outcome(ctx, kept.value);
+        }
       }
+      if (!outcome) {
+        ctx.query = parseQuery(req.query, route);
+        ctx.body = parseBody(req, route, deps.config);
+      }
+      outcome ??= await route.handle(ctx);
       res = await render(outcome, ctx, traceId);
     } catch (err) {
       res = problemResponse(err, traceId, deps.log);
@@ -143,35 +157,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
       if (life.link !== undefined) res.headers.link = life.link;
     }
     return withQuota(res, limiter, quota);
-  }
-
-  /**
-   * A keyed request this gateway has no kept answer for runs as any other: its write carries the
-   * key, and the owner checks the key in the write's own turn, answering a retry with the kept
-   * answer, unrun. So a first attempt costs one bus call, not two. Only a request that fails
-   * before the owner has answered under the key (a body or query refused, a product read for
-   * pricing gone, a URL check) asks the owner whether the key keeps an answer: the first attempt
-   * may have passed where this one fails, and its answer wins.
-   */
-  async function runKeyed(ctx: Ctx, route: RouteDef, key: string, replay: Replay): Promise<Outcome> {
-    const { req } = ctx;
-    const tag = idemTag(req, key);
-    ctx.bus = deps.bus.withIdempotency(tag, replay);
-    const tenant = principalOf(ctx).tenant;
-    try {
-      ctx.query = parseQuery(req.query, route);
-      ctx.body = parseBody(req, route, deps.config);
-      return await route.handle(ctx);
-    } catch (err) {
-      if (!route.replay || replay.kept || !refusedBeforeWrite(err)) throw err;
-      const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
-      if (peeked.replayed) return keptOutcome(ctx, route, replay, (replay.kept = peeked));
-      if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
-      throw err;
-    } finally {
-      // The owner's replay is kept here too, so the next retry through this gateway costs no bus call.
-      if (route.replay && replay.replayed && replay.kept) replays.set(tenant, key, req, replay.kept);
-    }
   }
 
   function refuse(req: GatewayRequest, err: unknown): GatewayResponse {
@@ -191,22 +176,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const needsAddress = (headers: Record<string, string>): boolean => deps.auth.cached(headers.authorization) === undefined;
 
   return { handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
-}
-
-/**
- * A refusal that a kept answer would override: a client error not about the key itself. A 5xx
- * (the owner busy or unreachable) is answered as it is, with Retry-After: asking the same owner
- * again could only wait as long once more, and the retry meets the kept answer anyway.
- */
-function refusedBeforeWrite(err: unknown): boolean {
-  return err instanceof ApiError && err.status < 500 && err.slug !== 'idempotency-key-in-flight' && err.slug !== 'idempotency-key-reused';
-}
-
-/** The answer kept under the request's key, as the route renders it; marks the answer replayed. */
-function keptOutcome(ctx: Ctx, route: RouteDef, replay: Replay, kept: Result<unknown>): Outcome {
-  replay.replayed = true;
-  if (!kept.ok) throw fromWire(kept.error);
-  return route.replay!.outcome(ctx, kept.value);
 }
 
 /**

@@ -390,9 +390,8 @@ export interface ListPage<T> {
 }
 
 /**
- * `keptUntil` (ms since the epoch): the owner checked the command's Idempotency-Key and keeps
- * this answer under it until then. `replayed`: the answer is the stored result of an earlier
- * request with the same key.
+ * `replayed`: the answer is the stored result of an earlier request with the same
+ * Idempotency-Key, kept until `keptUntil` (ms since the epoch).
  */
 export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true; keptUntil?: number };
 
