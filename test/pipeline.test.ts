@@ -515,3 +515,67 @@ test('batch-get reads an actor node of the earlier release, which answers only t
   t.deepEqual(body.data.map((u) => [u.id, u.email]), [[ids[1], 'b@x.io'], [ids[0], 'a@x.io']]);
   t.deepEqual(body.notFound, ['usr_nope']);
 });
+
+// ---- Idempotency-Key: a retry is answered before the handler reads or queues anything ----
+
+/** A gateway of its own over `host`, logging the kind of every bus message; `refused` kinds get 503. */
+function gatewayOver(host: ActorHost, dir: string, refused: string[] = []): { gw: Gateway; kinds: string[] } {
+  const kinds: string[] = [];
+  const local = new LocalBus(host, 5000);
+  const bus: Bus = {
+    send(cmd) {
+      kinds.push(cmd.kind);
+      if (refused.includes(cmd.kind)) return Promise.resolve({ ok: false, error: { code: 'unavailable', detail: 'No node is serving this data right now.' } });
+      return local.send(cmd);
+    },
+    scatter: (q) => local.scatter(q),
+    close: () => local.close(),
+  };
+  const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET });
+  return { gw: createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(bus), config, log: silentLog() }), kinds };
+}
+
+test('a keyed retry replays without reading what the first attempt read: a product owner down does not matter', async (t) => {
+  const tok = t.context.admin;
+  const product = await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'Far away', price: 500, currency: 'EUR' } });
+  t.is(product.status, 201, product.text);
+  const create: Call = {
+    method: 'POST',
+    path: '/v1/orders',
+    headers: { ...bearer(tok), ...json, 'idempotency-key': 'owner-down-1' },
+    body: { currency: 'EUR', items: [{ productId: (product.json() as { id: string }).id, quantity: 1 }] },
+  };
+  const first = await t.context.call(create);
+  t.is(first.status, 201, first.text);
+  const down = gatewayOver(t.context.host, t.context.dir, ['product.get']);
+  const retry = await t.context.call(create, down.gw);
+  t.is(retry.status, 201, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.text, first.text);
+  t.deepEqual(down.kinds, ['idem.peek'], 'the kept answer, asked for first, is all the retry needs');
+});
+
+test('a keyed retry is answered while the writes it would queue behind fill the mailbox', async (t) => {
+  const dir = await tempDir('pipeline-busy');
+  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 8, log: silentLog() });
+  try {
+    const { gw } = gatewayOver(host, dir);
+    const tok = await token(SECRET, `${ALL_SCOPES} users:read users:write`, { tenant: freshTenant('busy') });
+    const call = async (c: Call): Promise<Answer> => answerOf(await gw.handle(toRequest(c)));
+    const create: Call = { method: 'POST', path: '/v1/users', headers: { ...bearer(tok), ...json, 'idempotency-key': 'busy-1' }, body: { email: 'first@example.com' } };
+    const first = await call(create);
+    t.is(first.status, 201, first.text);
+    // A tenant's users share one queue: these fill it, and the ones past its bound are refused.
+    const burst = Array.from({ length: 12 }, (_, i) => call({ method: 'POST', path: '/v1/users', headers: { ...bearer(tok), ...json }, body: { email: `b${i}@example.com` } }));
+    const retry = call(create);
+    const statuses = (await Promise.all(burst)).map((a) => a.status);
+    t.true(statuses.includes(503), `the burst overflows the queue: ${statuses.join(' ')}`);
+    const again = await retry;
+    t.is(again.status, 201, again.text);
+    t.is(again.headers['idempotent-replayed'], 'true');
+    t.is(again.text, first.text);
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});

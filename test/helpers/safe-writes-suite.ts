@@ -133,6 +133,7 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     // Total 0: paying is refused by the order itself, and that answer is kept under the key.
     const refused = await c.post(`/v1/orders/${order.id}/pay`, undefined, { 'idempotency-key': k });
     assertProblem(t, refused, 409, 'invalid-state');
+    t.false(replayed(refused), 'a first answer is never marked as a replay');
     const product = await createProduct(t, c, { price: 100 });
     t.is((await c.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 1 })).status, 201);
     const again = await c.post(`/v1/orders/${order.id}/pay`, undefined, { 'idempotency-key': k });
