@@ -63,6 +63,13 @@ interface HostLink {
 /** Where a delivery connects (its URL and checked addresses), or why it may not. */
 type Target = { url: URL; addresses: Address[] } | string;
 
+/** A host's checked addresses, or why it was refused: asked for at `at`, `settled` once known. */
+interface Resolution {
+  at: number;
+  answer: Promise<Address[] | string>;
+  settled?: Address[] | string;
+}
+
 interface Worker {
   tenant: string;
   running: boolean;
@@ -114,7 +121,7 @@ export class Dispatcher {
   private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
   private readonly bodies = new Map<string, string>();
   private readonly urls = new Map<string, URL>();
-  private readonly resolved = new Map<string, { at: number; answer: Promise<Address[] | string>; settled?: Address[] | string }>();
+  private readonly resolved = new Map<string, Resolution>();
   private readonly failing = new Map<string, number>();
   /** When each endpoint last answered 2xx, as this process saw it. */
   private readonly succeeded = new Map<string, number>();
@@ -571,7 +578,7 @@ export class Dispatcher {
     const key = url.hostname;
     let cached = this.resolved.get(key);
     if (!cached || now - cached.at >= RESOLVE_CACHE_MS || now < cached.at) {
-      const entry: { at: number; answer: Promise<Address[] | string>; settled?: Address[] | string } = {
+      const entry: Resolution = {
         at: now,
         answer: resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(
           (addresses) => (entry.settled = addresses),

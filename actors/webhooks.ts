@@ -19,7 +19,7 @@ type EndpointCommand = CommandOf<'webhook.create' | 'webhook.get' | 'webhook.pat
 export const ENDPOINTS: TableSpec<EndpointRecord> = { name: 'webhook-endpoints', indexKeys: (e) => [[e.tenant, '*', 'createdAt', e.createdAt, e.id]] };
 
 /** Index prefix of one tenant's endpoints, oldest first. */
-export function endpointsPrefix(tenant: string): (string | number)[] {
+function endpointsPrefix(tenant: string): (string | number)[] {
   return [tenant, '*', 'createdAt'];
 }
 
@@ -72,7 +72,7 @@ function bump(e: EndpointRecord, changes: Partial<EndpointRecord>, now: number):
 export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
   table: ENDPOINTS,
   isRead: (cmd) => cmd.kind === 'webhook.get',
-  listPrefix: (q: ListQuery) => [q.tenant, '*', 'createdAt'],
+  listPrefix: (q: ListQuery) => endpointsPrefix(q.tenant),
   decide(cmd, current, now) {
     switch (cmd.kind) {
       case 'webhook.get':

@@ -333,9 +333,10 @@ export class Store {
 
   /** Ids in index order after the keyset position, at most `limit`, with their sort values. */
   scan(table: Table<unknown>, q: RangeQuery): { v: number | string; id: string }[] {
-    const prefix = [table.spec.name, ...q.prefix];
+    // Built as the keys were written (indexKey: -0 as 0), so a position on -0 is found.
+    const prefix = indexKey(table.spec.name, q.prefix);
     const width = prefix.length;
-    const edge = q.after ? [...prefix, q.after[0] === 0 ? 0 : q.after[0], q.after[1]] : undefined;
+    const edge = q.after ? indexKey(table.spec.name, [...q.prefix, ...q.after]) : undefined;
     const range = q.reverse
       ? { start: edge ?? [...prefix, HIGH], end: prefix, reverse: true }
       : { start: edge ?? prefix, end: [...prefix, HIGH] };
