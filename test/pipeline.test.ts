@@ -13,7 +13,7 @@ import { allRoutes } from '../gateway/app.js';
 import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
-import { route } from '../gateway/route.js';
+import { route, type RouteDef } from '../gateway/route.js';
 import {
   ALL_SCOPES,
   type Answer,
@@ -74,6 +74,12 @@ test.after.always(async (t) => {
 
 const bearer = (tok: string): Record<string, string> => ({ authorization: `Bearer ${tok}` });
 const json = { 'content-type': 'application/json' };
+
+/** A gateway of its own over `bus`, with every route (and any `extra`), logging to `log`. */
+function gatewayOn(dir: string, bus: Bus, log = silentLog(), extra: RouteDef[] = []): Gateway {
+  const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET });
+  return createGateway({ routes: [...allRoutes(), ...extra], auth: new Authenticator(SECRET), bus: new BusClient(bus), config, log });
+}
 
 async function createOrder(t: { context: Context }, tok: string, body: object = { currency: 'EUR' }): Promise<Record<string, unknown>> {
   const a = await t.context.call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(tok), ...json }, body });
@@ -429,13 +435,7 @@ test('a bus that throws is answered 500 internal with none of the error in the b
     async close() {},
   };
   const lines: string[] = [];
-  const gw = createGateway({
-    routes: allRoutes(),
-    auth: new Authenticator(SECRET),
-    bus: new BusClient(throwing),
-    config: loadConfig({ DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET }),
-    log: capturingLog(lines),
-  });
+  const gw = gatewayOn(t.context.dir, throwing, capturingLog(lines));
   const tok = await token(SECRET, ALL_SCOPES);
   const calls: Call[] = [
     { method: 'GET', path: '/v1/orders/ord_ff00000000000000000000', headers: bearer(tok) },
@@ -468,13 +468,7 @@ test('a route that throws a non-ApiError is answered 500 internal without its me
       throw new TypeError(`Cannot read properties of undefined (reading 'x') at ${LEAK}`);
     },
   });
-  const gw = createGateway({
-    routes: [...allRoutes(), boom],
-    auth: new Authenticator(SECRET),
-    bus: new BusClient(new LocalBus(t.context.host, 5000)),
-    config: loadConfig({ DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET }),
-    log: silentLog(),
-  });
+  const gw = gatewayOn(t.context.dir, new LocalBus(t.context.host, 5000), silentLog(), [boom]);
   const a = await t.context.call({ method: 'GET', path: '/v1/boom' }, gw);
   assertProblem(t, a, 500, 'internal');
   assertNoLeak(t, a);
@@ -495,13 +489,7 @@ test('batch-get reads an actor node of the earlier release, which answers only t
     scatter: (q) => local.scatter(q),
     async close() {},
   };
-  const gw = createGateway({
-    routes: allRoutes(),
-    auth: new Authenticator(SECRET),
-    bus: new BusClient(earlier),
-    config: loadConfig({ DATA_DIR: t.context.dir, AUTH_JWT_SECRET: SECRET }),
-    log: silentLog(),
-  });
+  const gw = gatewayOn(t.context.dir, earlier);
   const tok = await token(SECRET, 'users:read users:write', { tenant: freshTenant('batch-earlier') });
   const ids: string[] = [];
   for (const email of ['a@x.io', 'b@x.io']) {
@@ -531,8 +519,7 @@ function gatewayOver(host: ActorHost, dir: string, refused: string[] = []): { gw
     scatter: (q) => local.scatter(q),
     close: () => local.close(),
   };
-  const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET });
-  return { gw: createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(bus), config, log: silentLog() }), kinds };
+  return { gw: gatewayOn(dir, bus), kinds };
 }
 
 test('a keyed retry replays without reading what the first attempt read: a product owner down does not matter', async (t) => {
