@@ -1,6 +1,6 @@
 // The service's node options live in package.json's start scripts and the Procfile; the bench
 // reads them from `npm start`. All three must say the same, or the bench measures a process users
-// never run, and one mode runs without the heap limit the others have.
+// never run, and one mode runs without the heap settings the others have.
 import test from 'ava';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,10 +15,14 @@ const procfile = new Map(
     .map((line) => [line.slice(0, line.indexOf(':')), line.slice(line.indexOf(':') + 1)] as const),
 );
 
-test('npm start runs the gateway with an old-space limit, and the bench reads the same options', (t) => {
+test('npm start runs the gateway with an old-space limit and a larger young generation, and the bench reads the same options', (t) => {
   const options = startNodeOptions(root);
   t.true(
     options.some((o) => /^--max-old-space-size=\d+$/.test(o)),
+    `npm start: ${options.join(' ')}`,
+  );
+  t.true(
+    options.some((o) => /^--max-semi-space-size=\d+$/.test(o)),
     `npm start: ${options.join(' ')}`,
   );
   t.deepEqual(nodeOptionsOf(scripts['start']!, 'dist/gateway/main.js'), options);
