@@ -20,6 +20,7 @@
 // local table; otherwise (cluster mode) they are asked of their owner over the bus and kept for
 // ENDPOINT_CACHE_MS, so a change to an endpoint reaches other nodes' dispatchers within that.
 
+import { BoundedMap } from '../common/bounded-map.js';
 import type { Bus } from '../common/bus.js';
 import { newId, partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
@@ -106,7 +107,10 @@ const ENDPOINT_CACHE_MS = 2000;
 const RETRY_AFTER_FAILURE_MS = 1000;
 /** Jitter spreads retries of many deliveries failing together (±20 %). */
 const JITTER = 0.2;
-const BODY_CACHE = 256;
+/** Characters of rendered event bodies kept (a fan-out renders its event once per API version). */
+const BODY_CACHE_CHARS = 4 * 1024 * 1024;
+/** Endpoints of other nodes' tenants kept (cluster mode), counted one by one. */
+const REMOTE_ENDPOINTS_KEPT = 50_000;
 /** How long one DNS answer (checked) serves deliveries to its host. */
 const RESOLVE_CACHE_MS = 1000;
 /** Endpoints whose failing clock is kept; past it the oldest clock is forgotten (restarts later). */
@@ -118,8 +122,8 @@ export class Dispatcher {
   private readonly endpoints: Table<EndpointRecord>;
   private readonly deliveries: Table<DeliveryRecord>;
   private readonly workers = new Map<string, Worker>();
-  private readonly remoteCache = new Map<string, { at: number; endpoints: EndpointRecord[] }>();
-  private readonly bodies = new Map<string, string>();
+  private readonly remoteCache = new BoundedMap<string, { at: number; endpoints: EndpointRecord[] }>(REMOTE_ENDPOINTS_KEPT);
+  private readonly bodies = new BoundedMap<string, string>(BODY_CACHE_CHARS);
   private readonly urls = new Map<string, URL>();
   private readonly resolved = new Map<string, Resolution>();
   private readonly failing = new Map<string, number>();
@@ -356,8 +360,7 @@ export class Dispatcher {
       if (!a.ok) throw new Error(`the owner of partition ${partition} did not answer: ${a.error.detail}`);
       for (const row of (a.value as ListPage<EndpointRecord>).rows) endpoints.push(row.record);
     }
-    if (this.remoteCache.size > 10_000) this.remoteCache.clear();
-    this.remoteCache.set(tenant, { at: this.host.now(), endpoints });
+    this.remoteCache.set(tenant, { at: this.host.now(), endpoints }, endpoints.length + 1);
     return endpoints;
   }
 
@@ -621,8 +624,7 @@ export class Dispatcher {
     if (body === undefined) {
       body = eventBody(event, endpoint.apiVersion);
       // A fan-out renders its event once for all its endpoints.
-      if (this.bodies.size >= BODY_CACHE) this.bodies.delete(this.bodies.keys().next().value!);
-      this.bodies.set(key, body);
+      this.bodies.set(key, body, body.length);
     }
     return body;
   }
