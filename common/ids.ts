@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { hash, randomBytes } from 'node:crypto';
 
 // Ids are opaque to clients (CONTRACT §2) but not to us. After the type prefix come:
 //   9 base-36 digits of the creation time in milliseconds, so new keys land at the end of the
@@ -7,7 +7,8 @@ import { randomBytes } from 'node:crypto';
 //   2 hex digits naming the partition that owns the record, so any node routes an id without a
 //     lookup and an atomic batch can mint all its ids in one partition (ARCHITECTURE property
 //     6); children (line items) carry their parent's partition;
-//  11 random base-36 digits (56 bits), so ids cannot be guessed.
+//  11 random base-36 digits (56 bits), so ids cannot be guessed (a derived id, below, has a
+//     hash there instead).
 
 /** Fixed for the life of the data: changing it would move every key (ARCHITECTURE). */
 export const PARTITIONS = 256;
@@ -78,6 +79,18 @@ export function randomPartition(): number {
 export function newId<K extends IdKind>(kind: K, partition: number = randomPartition()): Id<K> {
   const time = Date.now().toString(36).padStart(TIME_CHARS, '0');
   return `${ID_PREFIXES[kind]}${time}${partition.toString(16).padStart(2, '0')}${randomPart()}` as Id<K>;
+}
+
+/**
+ * An id fixed by another id and a name: the base's time and partition, then 11 base-36 digits of
+ * a hash of both (52 bits). The same pair always gives the same id, so work redone after a
+ * restart finds what it stored the first time; two names under one base collide with odds of
+ * about 2^-52. Not secret: anyone who knows both ids can work it out.
+ */
+export function derivedId<K extends IdKind>(kind: K, base: string, name: string): Id<K> {
+  const at = base.indexOf('_') + 1;
+  const digest = parseInt(hash('sha256', `${base}\u0000${name}`, 'hex').slice(0, 13), 16);
+  return `${ID_PREFIXES[kind]}${base.slice(at, at + TIME_CHARS + 2)}${digest.toString(36).padStart(RANDOM_CHARS, '0')}` as Id<K>;
 }
 
 const patterns = Object.fromEntries(

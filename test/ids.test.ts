@@ -1,0 +1,22 @@
+// Ids (common/ids.ts): the time, partition and random parts, and ids derived from another id.
+
+import test from 'ava';
+import { derivedId, newId, parseId, partitionOf } from '../common/ids.js';
+
+test('a derived id is fixed by its base and name, keeps the base time and partition, and is a valid id of its kind', (t) => {
+  const event = newId('event', 0xa7);
+  const a = derivedId('delivery', event, 'we_one');
+  t.is(derivedId('delivery', event, 'we_one'), a);
+  t.not(derivedId('delivery', event, 'we_two'), a);
+  t.not(derivedId('delivery', newId('event', 0xa7), 'we_one'), a);
+  t.is(parseId('delivery', a), a);
+  t.is(partitionOf(a), 0xa7);
+  t.is(a.slice(4, 15), event.slice(4, 15));
+});
+
+test('derived ids of a thousand names under one base are all different and all well formed', (t) => {
+  const event = newId('event');
+  const ids = Array.from({ length: 1000 }, (_, i) => derivedId('delivery', event, `we_${i}`));
+  t.is(new Set(ids).size, ids.length);
+  t.true(ids.every((id) => parseId('delivery', id) === id));
+});
