@@ -2,9 +2,11 @@
 // and reads that host's LMDB only, so in cluster mode every actor node dispatches the events its
 // own partitions emitted.
 //
-//   outbox ──pump──▶ one delivery per matching enabled endpoint, written durably in the same
-//                    transaction that removes the outbox row (a crash redoes the whole fan-out
-//                    or none of it)
+//   outbox ──pump──▶ one delivery per matching enabled endpoint, its id fixed by (event,
+//                    endpoint). Each endpoint's first few go out at once, stored only with their
+//                    outcome; the rest are stored for its worker. The outbox row goes once every
+//                    delivery of its event is stored, so a crash before that fans the event out
+//                    again, and what was stored is found by its id and not sent again.
 //   first attempts ──one batch per fan-out──▶ sign all (actors/signer.ts) ──▶ POSTs started in
 //                    one loop ──▶ outcomes committed per event-loop turn; no promise per delivery
 //   deliveries ──per-endpoint worker──▶ the same, for retries and what the batch left: a pending
@@ -12,9 +14,10 @@
 //                    them in retry order, a few at a time (paced). An endpoint is either in a
 //                    batch or in its worker, so it never has more than `perEndpoint` in flight.
 //
-// At least once: a delivery leaves `pending` only when its outcome is committed, so a process
-// killed at any moment resends, after restart, what it may have sent already, with the event's
-// stored id. Receivers deduplicate on that id (SPEC §6.2).
+// At least once: a delivery leaves `pending` only when its outcome is committed, and an event
+// leaves the outbox only when all its deliveries are stored, so a process killed at any moment
+// resends, after restart, what it may have sent already, with the event's stored id. Receivers
+// deduplicate on that id (SPEC §6.2).
 //
 // Endpoints live in their tenant's partition. When this host owns it they are read from the
 // local table; otherwise (cluster mode) they are asked of their owner over the bus and kept for
@@ -22,7 +25,7 @@
 
 import { BoundedMap } from '../common/bounded-map.js';
 import type { Bus } from '../common/bus.js';
-import { newId, partitionFor, partitionOf } from '../common/ids.js';
+import { derivedId, partitionFor } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import { signatureHeaders, type SignTask } from '../common/webhook-signature.js';
 import { eventBody } from '../gateway/resources/event-data.js';
@@ -105,6 +108,8 @@ const FANOUT_CHUNK = 64;
 const PER_ENDPOINT = 16;
 const ENDPOINT_CACHE_MS = 2000;
 const RETRY_AFTER_FAILURE_MS = 1000;
+/** A pump pass starts from the beginning of the outbox at least this often. */
+const FULL_PASS_MS = 1000;
 /** Jitter spreads retries of many deliveries failing together (±20 %). */
 const JITTER = 0.2;
 /** Characters of rendered event bodies kept (a fan-out renders its event once per API version). */
@@ -138,6 +143,20 @@ export class Dispatcher {
   private closing = false;
   private readonly busy = new Set<Promise<unknown>>();
   private outcomes: { write: Write<unknown>; done: (err?: unknown) => void }[] = [];
+  /**
+   * Outbox rows whose first attempts are out, by event id. `left` counts the attempts whose
+   * outcome is not stored yet; the row is removed after the last one. `failed` marks an attempt
+   * that could not be sent or stored: the event is then fanned out again, and finds the
+   * deliveries that were stored.
+   */
+  private readonly inFlight = new Map<string, { row: OutboxEntry; left: number; failed: boolean }>();
+  /** Where a pass may start: past the outbox rows the last passes went through (see pump). */
+  private pumpCursor: [number | string, string] | undefined;
+  private fullPassAt = 0;
+  /** A row behind the cursor waits: a row kept for its owner, a fan-out to redo. */
+  private fullPassDue = true;
+  /** Deliveries handed to a worker whose storing commit failed: the event's next fan-out makes them anew. */
+  private readonly unstored = new WeakSet<DeliveryRecord>();
 
   constructor(
     private readonly store: Store,
@@ -202,7 +221,17 @@ export class Dispatcher {
         this.pumpAgain = false;
         // Rows whose endpoints could not be read stay in the outbox; the scan goes on past them,
         // so one tenant's unreachable owner holds up no one else, and they are tried again later.
-        let after: [number | string, string] | undefined;
+        // Rows whose first attempts are out stay too, up to WEBHOOK_TIMEOUT_MS: a pass starts
+        // past those the last pass went through (new rows sort after them, by creation time),
+        // and from the beginning whenever something there waits, nothing is out, or a second has
+        // gone by (a row written under a clock that went back waits at most that long).
+        const now = this.host.now();
+        const full = this.fullPassDue || this.inFlight.size === 0 || now - this.fullPassAt >= FULL_PASS_MS || now < this.fullPassAt;
+        if (full) {
+          this.fullPassDue = false;
+          this.fullPassAt = now;
+        }
+        let after = full ? undefined : this.pumpCursor;
         let kept = 0;
         for (;;) {
           if (this.closing) return;
@@ -211,11 +240,13 @@ export class Dispatcher {
           kept += await this.fanOut(rows.map((r) => r.id));
           const last = rows[rows.length - 1]!;
           after = [last.v, last.id];
+          this.pumpCursor = after;
         }
         if (kept > 0) throw new Error(`${kept} events wait for their endpoints' owner`);
       } while (this.pumpAgain);
       this.pumping = false;
     } catch (err) {
+      this.fullPassDue = true;
       this.host.log.error({ err }, 'webhook fan-out failed; retrying');
       this.pumpTimer = setTimeout(() => {
         this.pumping = false;
@@ -225,16 +256,22 @@ export class Dispatcher {
   }
 
   /**
-   * Turns outbox rows into deliveries, in one transaction with their removal. Answers how many
-   * rows it kept because their tenant's endpoints could not be read (an owner not answering).
+   * Turns outbox rows into deliveries. Each endpoint's first few are sent at once and stored with
+   * their outcome; the rest are stored here, for the endpoint's worker, in one transaction with
+   * the removal of the rows none of whose deliveries went out (the others go with their last
+   * outcome). Answers how many rows it kept because their tenant's endpoints could not be read
+   * (an owner not answering).
    */
   private async fanOut(ids: string[]): Promise<number> {
     const now = this.host.now();
     const writes: Write<unknown>[] = [];
     const woken = new Map<string, { endpoint: EndpointRecord; items: Item[] }>();
     const unreadable = new Set<string>();
+    const rows = new Map<string, OutboxEntry>();
     let kept = 0;
     for (const id of ids) {
+      // Its first attempts are out; the row goes with their outcomes.
+      if (this.inFlight.has(id)) continue;
       const row = this.outbox.get(id);
       if (!row) continue;
       // An event swept by retention before it was fanned out has nobody left to tell.
@@ -252,17 +289,24 @@ export class Dispatcher {
         kept++;
         continue;
       }
-      writes.push({ table: this.outbox as Table<unknown>, id, before: row, after: undefined });
-      if (!event) continue;
+      if (!event) {
+        writes.push({ table: this.outbox as Table<unknown>, id, before: row, after: undefined });
+        continue;
+      }
+      rows.set(id, row);
       const targets = event.endpointId
         ? all.filter((e) => e.id === event.endpointId && e.status === 'enabled')
         : all.filter((e) => wants(e, event.type));
-      const partition = partitionOf(event.id);
       for (const e of targets) {
+        const deliveryId = derivedId('delivery', event.id, e.id);
+        // Stored by an earlier fan-out of this event, before a crash or a failed attempt: it is
+        // settled, or its endpoint's worker has it.
+        if (this.deliveries.get(deliveryId)) continue;
         const d: DeliveryRecord = {
-          id: newId('delivery', partition),
+          id: deliveryId,
           tenant: event.tenant,
-          version: 1,
+          // 0: not stored yet (see settled()).
+          version: 0,
           endpointId: e.id,
           eventId: event.id,
           eventType: event.type,
@@ -272,19 +316,50 @@ export class Dispatcher {
           createdAt: now,
           updatedAt: now,
         };
-        writes.push({ table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after: d });
         const entry = woken.get(e.id);
         if (entry) entry.items.push({ d, event });
         else woken.set(e.id, { endpoint: e, items: [{ d, event }] });
       }
     }
-    // First attempts start before this commit lands (their signatures are asked for first, so
-    // the pool signs while the commit is encoded): should it never land, the outbox rows it
-    // removes stay, and the fan-out is done again (at least once). It is queued in this same
-    // turn, and an outcome only after an answer, so an outcome is never stored before its delivery.
-    if (!writes.length) return kept;
-    this.sendFresh(woken);
-    await this.store.commit(writes);
+    if (this.closing) return kept;
+    // Marks the deliveries it hands to workers as stored (version 1): they are, by this commit.
+    const jobs = this.freshBatch(woken);
+    const out = new Map<string, number>();
+    const handed: DeliveryRecord[] = [];
+    for (const { items } of woken.values()) {
+      for (const { d } of items) {
+        if (d.version === 0) out.set(d.eventId, (out.get(d.eventId) ?? 0) + 1);
+        else {
+          handed.push(d);
+          writes.push({ table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after: d });
+        }
+      }
+    }
+    const flying: string[] = [];
+    for (const [id, row] of rows) {
+      const left = out.get(id);
+      if (left === undefined) writes.push({ table: this.outbox as Table<unknown>, id, before: row, after: undefined });
+      else {
+        // One more than its first attempts: this commit, which stores what the workers got.
+        this.inFlight.set(id, { row, left: left + 1, failed: false });
+        flying.push(id);
+      }
+    }
+    // The batch starts before this commit lands (its signatures are asked for first, so the
+    // pool signs while the commit is encoded). A handed-over delivery is tried by its worker, and
+    // an outcome stored, only after this commit was queued: lmdb-js commits in queue order.
+    if (jobs.length) void this.sendAll(jobs);
+    try {
+      if (writes.length) await this.store.commit(writes);
+    } catch (err) {
+      // What the workers got is not stored: they drop what they have not taken yet (freshOf),
+      // and each event is fanned out again once its first attempts are done. The rows this
+      // commit was to remove stay, for the pump's retry.
+      for (const d of handed) this.unstored.add(d);
+      for (const id of flying) this.firstSettled(id, false);
+      throw err;
+    }
+    for (const id of flying) this.firstSettled(id, true);
     return kept;
   }
 
@@ -293,13 +368,18 @@ export class Dispatcher {
    * one loop, their outcomes committed together, with no promise chain per delivery. An endpoint
    * whose worker is busy gets its deliveries handed over instead, so pacing holds: an endpoint
    * has at most `perEndpoint` deliveries in flight, from the batch or from its worker, never both.
+   * What it hands over is marked stored (version 1): the caller stores it.
    */
-  private sendFresh(woken: Map<string, { endpoint: EndpointRecord; items: Item[] }>): void {
-    if (this.closing) return;
+  private freshBatch(woken: Map<string, { endpoint: EndpointRecord; items: Item[] }>): Job[] {
     const perEndpoint = this.opts.perEndpoint ?? PER_ENDPOINT;
     const jobs: Job[] = [];
     let left = 0;
     let finished: () => void = () => undefined;
+    const stored = (items: Item[]): DeliveryRecord[] =>
+      items.map(({ d }) => {
+        d.version = 1;
+        return d;
+      });
     for (const [endpointId, { endpoint, items }] of woken) {
       let w = this.workers.get(endpointId);
       if (!w) {
@@ -307,13 +387,13 @@ export class Dispatcher {
         this.workers.set(endpointId, w);
       }
       if (w.running) {
-        handOver(w, items.map((i) => i.d));
+        handOver(w, stored(items));
         w.again = true;
         continue;
       }
       // A timer the worker set for a later retry stays: the batch does not scan.
       w.running = true;
-      handOver(w, items.slice(perEndpoint).map((i) => i.d));
+      handOver(w, stored(items.slice(perEndpoint)));
       const worker = w;
       left++;
       jobs.push({
@@ -325,9 +405,38 @@ export class Dispatcher {
         },
       });
     }
-    if (!jobs.length) return;
-    this.track(new Promise<void>((resolve) => (finished = resolve)));
-    void this.sendAll(jobs);
+    if (jobs.length) this.track(new Promise<void>((resolve) => (finished = resolve)));
+    return jobs;
+  }
+
+  /**
+   * One of an event's first attempts has its outcome stored (`ok`), or could not be sent or
+   * stored. After the last one the outbox row goes, or, if any failed, the event is fanned out
+   * again later: what was stored is found by its id, the rest is sent again.
+   */
+  private firstSettled(eventId: string, ok: boolean): void {
+    const f = this.inFlight.get(eventId);
+    if (!f) return;
+    if (!ok) f.failed = true;
+    if (--f.left > 0) return;
+    if (f.failed) {
+      this.inFlight.delete(eventId);
+      this.pumpLater();
+      return;
+    }
+    this.queueOutcome({ table: this.outbox as Table<unknown>, id: eventId, before: f.row, after: undefined }, (err) => {
+      this.inFlight.delete(eventId);
+      if (err !== undefined) this.pumpLater();
+    });
+  }
+
+  /** Fans out again after RETRY_AFTER_FAILURE_MS: what a failure left in the outbox. */
+  private pumpLater(): void {
+    if (this.closing) return;
+    setTimeout(() => {
+      this.fullPassDue = true;
+      this.kick();
+    }, RETRY_AFTER_FAILURE_MS).unref();
   }
 
   /** After a batch: the worker resumes what is left (a retry to schedule, more deliveries). */
@@ -437,7 +546,7 @@ export class Dispatcher {
       // Not stored yet: its fan-out commit is on its way, and nothing can have tried it. Stored:
       // a scan may have found and tried it already.
       const d = this.deliveries.get(f.id);
-      if (!d) return [f];
+      if (!d) return this.unstored.has(f) ? [] : [f];
       return d.status === 'pending' && d.version === f.version ? [d] : [];
     });
   }
@@ -450,10 +559,13 @@ export class Dispatcher {
     if (!rows.length) return undefined;
     const due = rows.filter((r) => typeof r.v === 'number' && r.v <= now);
     if (!due.length) return Math.max(0, (rows[0]!.v as number) - now);
-    return due.flatMap(({ id }) => {
+    const records = due.flatMap(({ id }) => {
       const d = this.deliveries.get(id);
-      return d ? [d] : [];
+      // Pending as stored: an index entry outliving its record's change is never resent.
+      return d && d.status === 'pending' ? [d] : [];
     });
+    // Only such entries were due (left by a failed commit): look again later rather than stop.
+    return records.length ? records : RETRY_AFTER_FAILURE_MS;
   }
 
   private async attempt(endpoint: EndpointRecord, records: DeliveryRecord[]): Promise<void> {
@@ -489,16 +601,26 @@ export class Dispatcher {
         s.job.done(s.err, s.retrying);
       }
     };
+    // A fan-out's first attempt (version 0) is stored only with its outcome. One that could not
+    // be sent is stored pending instead, for its endpoint's worker to try again (the job's `done`
+    // with an error wakes it after RETRY_AFTER_FAILURE_MS).
+    const unsent = (d: DeliveryRecord): void => {
+      if (d.version !== 0) return;
+      const after: DeliveryRecord = { ...d, version: 1, nextAttemptAt: now + RETRY_AFTER_FAILURE_MS };
+      this.queueOutcome({ table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after }, (err) => this.firstSettled(d.eventId, err === undefined));
+    };
     const outcome = (s: State, d: DeliveryRecord, res: SendResult): void => {
       let decided: Decision;
       try {
         decided = this.decide(d, res, s.job.endpoint);
       } catch (err) {
+        unsent(d);
         finish(s, err);
         return;
       }
       if (decided.next !== undefined) s.retrying = true;
       this.queueOutcome(decided.write, (err) => {
+        if (d.version === 0) this.firstSettled(d.eventId, err === undefined);
         if (err !== undefined || !decided.disable) return finish(s, err);
         // As before the batch: the endpoint's next deliveries wait for its disable.
         s.gone = true;
@@ -528,8 +650,11 @@ export class Dispatcher {
         }
       }
     } catch (err) {
-      // Nothing was sent: the deliveries stay pending, for the worker to try again.
-      for (const s of state) s.job.done(err, false);
+      // Nothing was sent: stored deliveries stay pending, for the worker to try again.
+      for (const s of state) {
+        for (const { d } of s.job.items) unsent(d);
+        s.job.done(err, false);
+      }
       return;
     }
     for (let j = 0; j < state.length; j++) {
@@ -543,7 +668,10 @@ export class Dispatcher {
     try {
       parts = this.signer.parts(tasks);
     } catch (err) {
-      for (const x of sends) finish(x.s, err);
+      for (const x of sends) {
+        unsent(x.d);
+        finish(x.s, err);
+      }
       return;
     }
     for (const part of parts) {
@@ -553,11 +681,19 @@ export class Dispatcher {
           // The part's requests, started in one loop.
           for (let i = part.from; i < to; i++) {
             const x = sends[i]!;
-            this.sender.post(x.url, x.addresses, signatureHeaders(tasks[i]!.id, t, sigs[i - part.from]!), x.body, (res) => outcome(x.s, x.d, res));
+            try {
+              this.sender.post(x.url, x.addresses, signatureHeaders(tasks[i]!.id, t, sigs[i - part.from]!), x.body, (res) => outcome(x.s, x.d, res));
+            } catch (err) {
+              unsent(x.d);
+              finish(x.s, err);
+            }
           }
         },
         (err: unknown) => {
-          for (let i = part.from; i < to; i++) finish(sends[i]!.s, err);
+          for (let i = part.from; i < to; i++) {
+            unsent(sends[i]!.d);
+            finish(sends[i]!.s, err);
+          }
         },
       );
     }
@@ -693,7 +829,8 @@ export class Dispatcher {
       attempts: [...d.attempts, attempt],
       updatedAt: attempt.at,
     };
-    return { write: { table: this.deliveries as Table<unknown>, id: d.id, before: d, after }, next, disable: undefined };
+    // Version 0: a fan-out's first attempt, stored for the first time with its outcome.
+    return { write: { table: this.deliveries as Table<unknown>, id: d.id, before: d.version === 0 ? undefined : d, after }, next, disable: undefined };
   }
 
   /**

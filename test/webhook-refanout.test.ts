@@ -1,0 +1,137 @@
+// A fan-out's first attempts are stored only with their outcome, and their event leaves the
+// outbox only once the last of them is stored (actors/dispatcher.ts). The real process is
+// SIGKILLed while one endpoint's first attempt is still out and the other's outcome is stored:
+// the data it leaves holds the event's outbox row, the stored outcome, and nothing for the
+// attempt still out. After a restart the event is fanned out again: the stored delivery is found
+// by its id (fixed by event and endpoint) and not sent again; the other is sent again, with the
+// same event id. While that attempt is out, a second event is fanned out: the first, still in
+// the outbox, is not sent again; the second goes to the fast endpoint at once and waits, stored,
+// for the slow endpoint's worker (its batch still holds the endpoint), which resumes it after the
+// restart.
+
+import type { ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import anyTest, { type TestFn } from 'ava';
+import { OUTBOX } from '../actors/events.js';
+import { DELIVERIES } from '../actors/webhooks.js';
+import { derivedId } from '../common/ids.js';
+import type { DeliveryRecord, OutboxEntry } from '../proto/webhooks.js';
+import { Store, type Table } from '../storage/store.js';
+import { HttpClient } from './helpers/client.js';
+import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
+import { removeDir, tempDir, token } from './helpers/edge-kit.js';
+import { startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
+
+interface Context {
+  dir: string;
+  children: Set<ChildProcess>;
+}
+
+const test = anyTest as TestFn<Context>;
+const SECRET = 'webhook-refanout-secret-0123456789abcdef';
+
+test.before(async (t) => {
+  t.context = { dir: await tempDir('webhook-refanout'), children: new Set() };
+});
+
+test.after.always(async (t) => {
+  killAll(t.context.children);
+  await removeDir(t.context.dir);
+});
+
+function start(t: { context: Context }): Promise<Running> {
+  // A timeout longer than the test: the slow receiver's first attempt is still out at the kill.
+  return startChild(t.context.children, t.context.dir, SECRET, { LOG_LEVEL: 'error', WEBHOOK_ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_TIMEOUT_MS: '60000' });
+}
+
+/** What the stopped process left in LMDB: the outbox rows, and the deliveries asked for by id. */
+async function leftBehind(dir: string, deliveryIds: string[]): Promise<{ outbox: string[]; deliveries: (DeliveryRecord | undefined)[] }> {
+  const store = Store.open(join(dir, 'actors'));
+  try {
+    const outbox = store.table<OutboxEntry>(OUTBOX);
+    const deliveries = store.table<DeliveryRecord>(DELIVERIES);
+    const rows = store.scan(outbox as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 100 });
+    return { outbox: rows.map((r) => r.id), deliveries: deliveryIds.map((id) => deliveries.get(id)) };
+  } finally {
+    await store.close();
+  }
+}
+
+test.serial('killed with one first attempt out: the event stays in the outbox, and after a restart only that endpoint gets it again', async (t) => {
+  const tok = await token(SECRET, WEBHOOK_SCOPES, { tenant: 'refanout' });
+  const auth = { authorization: `Bearer ${tok}` };
+  const fast = await startReceiver();
+  const slow = await startReceiver();
+  slow.answer = () => ({ status: 200, delayMs: 60_000 });
+  let run = await start(t);
+  let http = new HttpClient(run.url);
+  try {
+    const endpoint = async (url: string): Promise<string> => {
+      const e = await http.send('POST', '/v1/webhook-endpoints', { headers: auth, json: { endpointUrl: url, eventTypes: ['order.created'] } });
+      t.is(e.status, 201);
+      return e.json.id as string;
+    };
+    const fastId = await endpoint(fast.url);
+    const slowId = await endpoint(slow.url);
+    t.is((await http.send('POST', '/v1/orders', { headers: auth, json: { currency: 'EUR' } })).status, 201);
+
+    await until('both first attempts', () => fast.got.length === 1 && slow.got.length === 1);
+    const eventId = fast.got[0]!.json.id as string;
+    t.is(slow.got[0]!.json.id, eventId);
+    await until('the fast outcome stored', async () => {
+      const page = await http.send('GET', `/v1/webhook-endpoints/${fastId}/deliveries`, { headers: auth });
+      return (page.json.data as { status: string }[]).some((d) => d.status === 'delivered');
+    });
+    // A second event, fanned out while the first's row is still in the outbox.
+    t.is((await http.send('POST', '/v1/orders', { headers: auth, json: { currency: 'EUR' } })).status, 201);
+    await until('the second event at the fast endpoint', () => fast.got.length === 2);
+    const second = fast.got[1]!.json.id as string;
+    t.not(second, eventId);
+    // LMDB lets this process read beside the running one.
+    await until('the second event out of the outbox, the first still in it', async () => (await leftBehind(t.context.dir, [])).outbox.join() === eventId);
+    t.deepEqual(
+      slow.got.map((g) => g.json.id as string),
+      [eventId],
+      'the first event, still in the outbox while its attempt is out, was not sent again',
+    );
+    run.child.kill('SIGKILL');
+    await exited(run.child);
+    await http.close();
+
+    const fastDelivery = derivedId('delivery', eventId, fastId);
+    const slowDelivery = derivedId('delivery', eventId, slowId);
+    const slowSecond = derivedId('delivery', second, slowId);
+    const killed = await leftBehind(t.context.dir, [fastDelivery, slowDelivery, slowSecond]);
+    t.deepEqual(killed.outbox, [eventId], 'an event stays in the outbox while a first attempt is out');
+    t.is(killed.deliveries[0]?.status, 'delivered');
+    t.is(killed.deliveries[1], undefined, 'a first attempt still out is not stored');
+    t.is(killed.deliveries[2]?.status, 'pending', "a delivery handed to the endpoint's worker is stored at the fan-out");
+    t.deepEqual(killed.deliveries[2]?.attempts, []);
+
+    slow.answer = () => ({ status: 200 });
+    run = await start(t);
+    http = new HttpClient(run.url);
+    await until('the slow endpoint to get the first event again, and the second', () => slow.got.length === 3);
+    t.deepEqual(slow.got.slice(1).map((g) => g.json.id as string).sort(), [eventId, second].sort());
+    await until('the slow outcomes stored', async () => {
+      const page = await http.send('GET', `/v1/webhook-endpoints/${slowId}/deliveries`, { headers: auth });
+      return (page.json.data as { status: string }[]).filter((d) => d.status === 'delivered').length === 2;
+    });
+    // The outbox row goes in a commit after the last outcome's.
+    await until('the outbox row removed', async () => (await leftBehind(t.context.dir, [])).outbox.length === 0);
+    run.child.kill('SIGKILL');
+    await exited(run.child);
+    const after = await leftBehind(t.context.dir, [fastDelivery, slowDelivery, slowSecond]);
+    t.deepEqual(after.outbox, []);
+    t.deepEqual(
+      after.deliveries.map((d) => d?.status),
+      ['delivered', 'delivered', 'delivered'],
+    );
+    t.is(fast.got.length, 2, 'the deliveries stored before the kill were not sent again');
+  } finally {
+    await http.close();
+    run.child.kill('SIGKILL');
+    await fast.close();
+    await slow.close();
+  }
+});
