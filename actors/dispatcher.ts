@@ -297,11 +297,12 @@ export class Dispatcher {
       const targets = event.endpointId
         ? all.filter((e) => e.id === event.endpointId && e.status === 'enabled')
         : all.filter((e) => wants(e, event.type));
+      const taken = new Set<string>();
       for (const e of targets) {
-        const deliveryId = derivedId('delivery', event.id, e.id);
+        const deliveryId = this.deliveryIdOf(event.id, e.id, taken);
         // Stored by an earlier fan-out of this event, before a crash or a failed attempt: it is
         // settled, or its endpoint's worker has it.
-        if (this.deliveries.get(deliveryId)) continue;
+        if (deliveryId === undefined) continue;
         const d: DeliveryRecord = {
           id: deliveryId,
           tenant: event.tenant,
@@ -361,6 +362,23 @@ export class Dispatcher {
     }
     for (const id of flying) this.firstSettled(id, true);
     return kept;
+  }
+
+  /**
+   * The id of the delivery of an event to an endpoint, or undefined when it is stored already.
+   * Two endpoints whose ids hash alike under one event (odds about n²/2^53 for n endpoints) must
+   * not share one: the later (endpoints come oldest first, so the same one every time) takes the
+   * next id derived with a count. `taken` holds the ids this fan-out of the event gave out.
+   */
+  private deliveryIdOf(eventId: string, endpointId: string, taken: Set<string>): string | undefined {
+    for (let n = 0; ; n++) {
+      const id = derivedId('delivery', eventId, n === 0 ? endpointId : `${endpointId}\u0000${n}`);
+      if (taken.has(id)) continue;
+      taken.add(id);
+      const stored = this.deliveries.get(id);
+      if (stored === undefined) return id;
+      if (stored.eventId === eventId && stored.endpointId === endpointId) return undefined;
+    }
   }
 
   /**

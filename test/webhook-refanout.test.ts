@@ -13,14 +13,16 @@ import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
 import { OUTBOX } from '../actors/events.js';
+import { ActorHost } from '../actors/host.js';
 import { DELIVERIES } from '../actors/webhooks.js';
-import { derivedId } from '../common/ids.js';
-import type { DeliveryRecord, OutboxEntry } from '../proto/webhooks.js';
+import { derivedId, newId, partitionOf, PARTITIONS } from '../common/ids.js';
+import type { Result } from '../proto/messages.js';
+import type { DeliveryRecord, EndpointRecord, OutboxEntry } from '../proto/webhooks.js';
 import { Store, type Table } from '../storage/store.js';
 import { HttpClient } from './helpers/client.js';
 import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
-import { removeDir, tempDir, token } from './helpers/edge-kit.js';
-import { startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
+import { removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
+import { endpointCreate, startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
 
 interface Context {
   dir: string;
@@ -44,9 +46,9 @@ function start(t: { context: Context }): Promise<Running> {
   return startChild(t.context.children, t.context.dir, SECRET, { LOG_LEVEL: 'error', WEBHOOK_ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_TIMEOUT_MS: '60000' });
 }
 
-/** What the stopped process left in LMDB: the outbox rows, and the deliveries asked for by id. */
+/** What a host left in its LMDB (in `dir`): the outbox rows, and the deliveries asked for by id. */
 async function leftBehind(dir: string, deliveryIds: string[]): Promise<{ outbox: string[]; deliveries: (DeliveryRecord | undefined)[] }> {
-  const store = Store.open(join(dir, 'actors'));
+  const store = Store.open(dir);
   try {
     const outbox = store.table<OutboxEntry>(OUTBOX);
     const deliveries = store.table<DeliveryRecord>(DELIVERIES);
@@ -88,7 +90,7 @@ test.serial('killed with one first attempt out: the event stays in the outbox, a
     const second = fast.got[1]!.json.id as string;
     t.not(second, eventId);
     // LMDB lets this process read beside the running one.
-    await until('the second event out of the outbox, the first still in it', async () => (await leftBehind(t.context.dir, [])).outbox.join() === eventId);
+    await until('the second event out of the outbox, the first still in it', async () => (await leftBehind(join(t.context.dir, 'actors'), [])).outbox.join() === eventId);
     t.deepEqual(
       slow.got.map((g) => g.json.id as string),
       [eventId],
@@ -101,7 +103,7 @@ test.serial('killed with one first attempt out: the event stays in the outbox, a
     const fastDelivery = derivedId('delivery', eventId, fastId);
     const slowDelivery = derivedId('delivery', eventId, slowId);
     const slowSecond = derivedId('delivery', second, slowId);
-    const killed = await leftBehind(t.context.dir, [fastDelivery, slowDelivery, slowSecond]);
+    const killed = await leftBehind(join(t.context.dir, 'actors'), [fastDelivery, slowDelivery, slowSecond]);
     t.deepEqual(killed.outbox, [eventId], 'an event stays in the outbox while a first attempt is out');
     t.is(killed.deliveries[0]?.status, 'delivered');
     t.is(killed.deliveries[1], undefined, 'a first attempt still out is not stored');
@@ -118,10 +120,10 @@ test.serial('killed with one first attempt out: the event stays in the outbox, a
       return (page.json.data as { status: string }[]).filter((d) => d.status === 'delivered').length === 2;
     });
     // The outbox row goes in a commit after the last outcome's.
-    await until('the outbox row removed', async () => (await leftBehind(t.context.dir, [])).outbox.length === 0);
+    await until('the outbox row removed', async () => (await leftBehind(join(t.context.dir, 'actors'), [])).outbox.length === 0);
     run.child.kill('SIGKILL');
     await exited(run.child);
-    const after = await leftBehind(t.context.dir, [fastDelivery, slowDelivery, slowSecond]);
+    const after = await leftBehind(join(t.context.dir, 'actors'), [fastDelivery, slowDelivery, slowSecond]);
     t.deepEqual(after.outbox, []);
     t.deepEqual(
       after.deliveries.map((d) => d?.status),
@@ -134,4 +136,73 @@ test.serial('killed with one first attempt out: the event stays in the outbox, a
     await fast.close();
     await slow.close();
   }
+});
+
+async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
+  const r = await p;
+  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
+  return r.value as T;
+}
+
+test.serial("a delivery id taken by another endpoint's delivery of the same event: the endpoint gets the next id, and its delivery", async (t) => {
+  const dir = await tempDir('webhook-id-clash');
+  t.teardown(() => removeDir(dir));
+  const a = await startReceiver();
+  const b = await startReceiver();
+  t.teardown(async () => {
+    await a.close();
+    await b.close();
+  });
+  const all = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+  const tenant = 'id-clash';
+  // No dispatcher: the event and its outbox row stay for the one started below.
+  const quiet = new ActorHost({ dataDir: dir, partitions: all, mailboxLimit: 100, log: silentLog() });
+  const ea = await ok<EndpointRecord>(quiet.handle(endpointCreate(tenant, a.url)));
+  const eb = await ok<EndpointRecord>(quiet.handle(endpointCreate(tenant, b.url)));
+  const orderId = newId('order');
+  await ok(quiet.handle({ kind: 'order.create', tenant, partition: partitionOf(orderId), id: orderId, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+  await quiet.close();
+
+  // A clash the hash would make about once in 2^52: the id of B's delivery already names one
+  // of A's, settled.
+  const store = Store.open(dir);
+  const [row] = store.scan(store.table<OutboxEntry>(OUTBOX) as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 10 });
+  const eventId = row!.id;
+  const clash: DeliveryRecord = {
+    id: derivedId('delivery', eventId, eb.id),
+    tenant,
+    version: 2,
+    endpointId: ea.id,
+    eventId,
+    eventType: 'order.created',
+    status: 'delivered',
+    nextAttemptAt: undefined,
+    attempts: [{ attempt: 1, at: Date.now(), outcome: 'delivered', responseStatus: 200, error: null, durationMs: 1 }],
+    createdAt: Date.now(),
+    updatedAt: Date.now(),
+  };
+  await store.commit([{ table: store.table(DELIVERIES) as Table<unknown>, id: clash.id, before: undefined, after: clash }]);
+  await store.close();
+
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: all,
+    mailboxLimit: 100,
+    log: silentLog(),
+    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true },
+  });
+  t.teardown(() => host.close());
+  await until('the event at both endpoints', () => a.got.length === 1 && b.got.length === 1);
+  t.is(a.got[0]!.json.id, eventId);
+  t.is(b.got[0]!.json.id, eventId);
+  await host.close();
+  const left = await leftBehind(dir, [derivedId('delivery', eventId, ea.id), derivedId('delivery', eventId, `${eb.id}\u00001`)]);
+  t.deepEqual(left.outbox, []);
+  t.deepEqual(
+    left.deliveries.map((d) => [d?.endpointId, d?.status]),
+    [
+      [ea.id, 'delivered'],
+      [eb.id, 'delivered'],
+    ],
+  );
 });
