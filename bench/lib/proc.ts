@@ -1,7 +1,7 @@
 // Child processes for servers under test. Every process started here is registered so that it is
 // killed however the bench ends (normal exit, exception, Ctrl-C); nothing is left listening.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 
 const LISTENING = /listening on (http:\/\/127\.0\.0\.1:\d+)/;
@@ -163,10 +163,10 @@ export async function startProcess(opts: StartOptions): Promise<Proc> {
   };
 }
 
-/** CPU time (user + system) of a process in seconds, from /proc. */
-export function cpuSeconds(pid: number): number {
+/** User + system seconds from a /proc `stat` file (a process's or one of its threads'). */
+function statSeconds(path: string): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const stat = readFileSync(path, 'utf8');
     // Fields after the command name (which may hold spaces) start after the last ')'.
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     const utime = Number(fields[11]);
@@ -175,6 +175,22 @@ export function cpuSeconds(pid: number): number {
   } catch {
     return 0;
   }
+}
+
+/** CPU time (user + system) of a process in seconds, from /proc. */
+export function cpuSeconds(pid: number): number {
+  return statSeconds(`/proc/${pid}/stat`);
+}
+
+/** CPU seconds of each thread of a process, by thread id (the main thread's id is the pid). */
+export function threadCpuSeconds(pid: number): Map<number, number> {
+  const out = new Map<number, number>();
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) out.set(Number(tid), statSeconds(`/proc/${pid}/task/${tid}/stat`));
+  } catch {
+    // The process is gone: no threads.
+  }
+  return out;
 }
 
 export interface Rss {
