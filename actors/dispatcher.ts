@@ -205,7 +205,8 @@ export class Dispatcher {
     this.closing = true;
     clearTimeout(this.pumpTimer);
     for (const w of this.workers.values()) clearTimeout(w.timer);
-    await Promise.allSettled([...this.busy]);
+    // What settles meanwhile may queue more: an outcome's commit, then its event's outbox row.
+    while (this.busy.size) await Promise.allSettled([...this.busy]);
     this.sender.close();
     await this.signer.close();
   }
@@ -857,14 +858,23 @@ export class Dispatcher {
    */
   private queueOutcome(write: Write<unknown>, done: (err?: unknown) => void): void {
     if (this.outcomes.length === 0) {
-      setImmediate(() => {
-        const batch = this.outcomes;
-        this.outcomes = [];
-        this.store.commit(batch.map((o) => o.write)).then(
-          () => batch.forEach((o) => o.done()),
-          (err: unknown) => batch.forEach((o) => o.done(err)),
-        );
-      });
+      // Tracked, so close() waits for it (and for what its callbacks queue) before the store closes.
+      this.track(
+        new Promise<void>((resolve) =>
+          setImmediate(() => {
+            const batch = this.outcomes;
+            this.outcomes = [];
+            this.store
+              .commit(batch.map((o) => o.write))
+              .then(
+                () => batch.forEach((o) => o.done()),
+                (err: unknown) => batch.forEach((o) => o.done(err)),
+              )
+              .catch((err: unknown) => this.host.log.error({ err }, 'a webhook outcome callback failed'))
+              .finally(resolve);
+          }),
+        ),
+      );
     }
     this.outcomes.push({ write, done });
   }

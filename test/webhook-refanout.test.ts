@@ -8,16 +8,20 @@
 // the outbox, is not sent again; the second goes to the fast endpoint at once and waits, stored,
 // for the slow endpoint's worker (its batch still holds the endpoint), which resumes it after the
 // restart.
+//
+// Then, on the actor host directly, with the LMDB state arranged between two hosts: a delivery id
+// that another endpoint's delivery of the same event already holds (a hash clash), and a first
+// attempt that cannot be sent at all.
 
 import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
-import { OUTBOX } from '../actors/events.js';
+import { EVENTS, OUTBOX } from '../actors/events.js';
 import { ActorHost } from '../actors/host.js';
 import { DELIVERIES } from '../actors/webhooks.js';
 import { derivedId, newId, partitionOf, PARTITIONS } from '../common/ids.js';
 import type { Result } from '../proto/messages.js';
-import type { DeliveryRecord, EndpointRecord, OutboxEntry } from '../proto/webhooks.js';
+import type { DeliveryRecord, EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { Store, type Table } from '../storage/store.js';
 import { HttpClient } from './helpers/client.js';
 import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
@@ -144,6 +148,35 @@ async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
   return r.value as T;
 }
 
+const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+
+/**
+ * One order.created event of `tenant` left in the outbox of a host in `dir` that has no
+ * dispatcher, with an endpoint per URL: the endpoints, and the store open for the test to change
+ * what the dispatching host (`dispatching`) will find.
+ */
+async function eventLeft(dir: string, tenant: string, urls: string[]): Promise<{ endpoints: EndpointRecord[]; eventId: string; store: Store }> {
+  const quiet = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog() });
+  const endpoints: EndpointRecord[] = [];
+  for (const url of urls) endpoints.push(await ok<EndpointRecord>(quiet.handle(endpointCreate(tenant, url))));
+  const orderId = newId('order');
+  await ok(quiet.handle({ kind: 'order.create', tenant, partition: partitionOf(orderId), id: orderId, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+  await quiet.close();
+  const store = Store.open(dir);
+  const [row] = store.scan(store.table<OutboxEntry>(OUTBOX) as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 10 });
+  return { endpoints, eventId: row!.id, store };
+}
+
+function dispatching(dir: string): ActorHost {
+  return new ActorHost({
+    dataDir: dir,
+    partitions: ALL,
+    mailboxLimit: 100,
+    log: silentLog(),
+    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true },
+  });
+}
+
 test.serial("a delivery id taken by another endpoint's delivery of the same event: the endpoint gets the next id, and its delivery", async (t) => {
   const dir = await tempDir('webhook-id-clash');
   t.teardown(() => removeDir(dir));
@@ -153,21 +186,11 @@ test.serial("a delivery id taken by another endpoint's delivery of the same even
     await a.close();
     await b.close();
   });
-  const all = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
   const tenant = 'id-clash';
-  // No dispatcher: the event and its outbox row stay for the one started below.
-  const quiet = new ActorHost({ dataDir: dir, partitions: all, mailboxLimit: 100, log: silentLog() });
-  const ea = await ok<EndpointRecord>(quiet.handle(endpointCreate(tenant, a.url)));
-  const eb = await ok<EndpointRecord>(quiet.handle(endpointCreate(tenant, b.url)));
-  const orderId = newId('order');
-  await ok(quiet.handle({ kind: 'order.create', tenant, partition: partitionOf(orderId), id: orderId, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
-  await quiet.close();
-
+  const { endpoints, eventId, store } = await eventLeft(dir, tenant, [a.url, b.url]);
+  const [ea, eb] = endpoints as [EndpointRecord, EndpointRecord];
   // A clash the hash would make about once in 2^52: the id of B's delivery already names one
   // of A's, settled.
-  const store = Store.open(dir);
-  const [row] = store.scan(store.table<OutboxEntry>(OUTBOX) as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 10 });
-  const eventId = row!.id;
   const clash: DeliveryRecord = {
     id: derivedId('delivery', eventId, eb.id),
     tenant,
@@ -184,13 +207,7 @@ test.serial("a delivery id taken by another endpoint's delivery of the same even
   await store.commit([{ table: store.table(DELIVERIES) as Table<unknown>, id: clash.id, before: undefined, after: clash }]);
   await store.close();
 
-  const host = new ActorHost({
-    dataDir: dir,
-    partitions: all,
-    mailboxLimit: 100,
-    log: silentLog(),
-    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true },
-  });
+  const host = dispatching(dir);
   t.teardown(() => host.close());
   await until('the event at both endpoints', () => a.got.length === 1 && b.got.length === 1);
   t.is(a.got[0]!.json.id, eventId);
@@ -205,4 +222,35 @@ test.serial("a delivery id taken by another endpoint's delivery of the same even
       [eb.id, 'delivered'],
     ],
   );
+});
+
+test.serial('a first attempt that cannot be sent (its body does not render) is stored pending for its worker, and the event leaves the outbox', async (t) => {
+  const dir = await tempDir('webhook-unsent');
+  t.teardown(() => removeDir(dir));
+  const r = await startReceiver();
+  t.teardown(() => r.close());
+  const tenant = 'unsent';
+  const { endpoints, eventId, store } = await eventLeft(dir, tenant, [r.url]);
+  const endpoint = endpoints[0]!;
+  // An event whose data the renderer cannot take: rendering its body throws before any request.
+  const events = store.table<EventRecord>(EVENTS);
+  const event = events.get(eventId)!;
+  await store.commit([{ table: events as Table<unknown>, id: event.id, before: event, after: { ...event, data: null } }]);
+  await store.close();
+
+  const host = dispatching(dir);
+  t.teardown(() => host.close());
+  const deliveryId = derivedId('delivery', event.id, endpoint.id);
+  await until('the event out of the outbox', async () => {
+    const page = await ok<{ rows: { record: DeliveryRecord }[] }>(
+      host.query({ kind: 'delivery.list', query: { tenant, filter: endpoint.id, sort: 'createdAt', dir: 'desc', after: undefined, limit: 10, withChildren: true } }),
+    );
+    return page.rows.some((x) => x.record.id === deliveryId);
+  });
+  await host.close();
+  const left = await leftBehind(dir, [deliveryId]);
+  t.deepEqual(left.outbox, [], 'the event is not fanned out again and again');
+  t.is(left.deliveries[0]?.status, 'pending');
+  t.deepEqual(left.deliveries[0]?.attempts, [], 'nothing was sent, so no attempt is recorded');
+  t.is(r.got.length, 0);
 });
