@@ -144,10 +144,11 @@ export class Dispatcher {
   private readonly busy = new Set<Promise<unknown>>();
   private outcomes: { write: Write<unknown>; done: (err?: unknown) => void }[] = [];
   /**
-   * Outbox rows whose first attempts are out, by event id. `left` counts the attempts whose
-   * outcome is not stored yet; the row is removed after the last one. `failed` marks an attempt
-   * that could not be sent or stored: the event is then fanned out again, and finds the
-   * deliveries that were stored.
+   * Outbox rows whose first attempts are out, by event id. `left` counts what is not stored yet:
+   * each first attempt (with its outcome, or pending when it could not be sent) and the fan-out's
+   * own commit (the deliveries handed to workers); the row is removed after the last. `failed`
+   * marks one of them that could not be stored: the event is then fanned out again, and finds
+   * the deliveries that were stored.
    */
   private readonly inFlight = new Map<string, { row: OutboxEntry; left: number; failed: boolean }>();
   /** Where a pass may start: past the outbox rows the last passes went through (see pump). */
@@ -155,6 +156,8 @@ export class Dispatcher {
   private fullPassAt = 0;
   /** A row behind the cursor waits: a row kept for its owner, a fan-out to redo. */
   private fullPassDue = true;
+  /** After a pass that started at the cursor: a full pass within FULL_PASS_MS, even with no new event. */
+  private fullPassTimer: NodeJS.Timeout | undefined;
   /** Deliveries handed to a worker whose storing commit failed: the event's next fan-out makes them anew. */
   private readonly unstored = new WeakSet<DeliveryRecord>();
 
@@ -204,6 +207,7 @@ export class Dispatcher {
   async close(): Promise<void> {
     this.closing = true;
     clearTimeout(this.pumpTimer);
+    clearTimeout(this.fullPassTimer);
     for (const w of this.workers.values()) clearTimeout(w.timer);
     // What settles meanwhile may queue more: an outcome's commit, then its event's outbox row.
     while (this.busy.size) await Promise.allSettled([...this.busy]);
@@ -225,12 +229,23 @@ export class Dispatcher {
         // Rows whose first attempts are out stay too, up to WEBHOOK_TIMEOUT_MS: a pass starts
         // past those the last pass went through (new rows sort after them, by creation time),
         // and from the beginning whenever something there waits, nothing is out, or a second has
-        // gone by (a row written under a clock that went back waits at most that long).
+        // gone by; a pass from the cursor sets a timer for that full pass. So a row that sorts
+        // behind the cursor (one committed after another of the same millisecond with a higher
+        // id, or written under a clock that went back) waits about a second at most.
         const now = this.host.now();
         const full = this.fullPassDue || this.inFlight.size === 0 || now - this.fullPassAt >= FULL_PASS_MS || now < this.fullPassAt;
         if (full) {
           this.fullPassDue = false;
           this.fullPassAt = now;
+        } else {
+          this.fullPassTimer ??= setTimeout(
+            () => {
+              this.fullPassTimer = undefined;
+              this.fullPassDue = true;
+              this.kick();
+            },
+            Math.max(0, this.fullPassAt + FULL_PASS_MS - now),
+          ).unref();
         }
         let after = full ? undefined : this.pumpCursor;
         let kept = 0;
@@ -429,9 +444,9 @@ export class Dispatcher {
   }
 
   /**
-   * One of an event's first attempts has its outcome stored (`ok`), or could not be sent or
-   * stored. After the last one the outbox row goes, or, if any failed, the event is fanned out
-   * again later: what was stored is found by its id, the rest is sent again.
+   * One of the things an event's outbox row waits for (`inFlight`) is stored (`ok`), or could
+   * not be. After the last one the row goes, or, if any could not be stored, the event is fanned
+   * out again later: what was stored is found by its id, the rest is sent again.
    */
   private firstSettled(eventId: string, ok: boolean): void {
     const f = this.inFlight.get(eventId);

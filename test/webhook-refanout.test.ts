@@ -15,6 +15,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type TestFn } from 'ava';
 import { EVENTS, OUTBOX } from '../actors/events.js';
 import { ActorHost } from '../actors/host.js';
@@ -88,7 +89,9 @@ test.serial('killed with one first attempt out: the event stays in the outbox, a
       const page = await http.send('GET', `/v1/webhook-endpoints/${fastId}/deliveries`, { headers: auth });
       return (page.json.data as { status: string }[]).some((d) => d.status === 'delivered');
     });
-    // A second event, fanned out while the first's row is still in the outbox.
+    // A second event, fanned out while the first's row is still in the outbox. Past FULL_PASS_MS
+    // (1 s), so that pass scans from the beginning and meets the first row, still in flight.
+    await delay(1100);
     t.is((await http.send('POST', '/v1/orders', { headers: auth, json: { currency: 'EUR' } })).status, 201);
     await until('the second event at the fast endpoint', () => fast.got.length === 2);
     const second = fast.got[1]!.json.id as string;
@@ -134,6 +137,7 @@ test.serial('killed with one first attempt out: the event stays in the outbox, a
       ['delivered', 'delivered', 'delivered'],
     );
     t.is(fast.got.length, 2, 'the deliveries stored before the kill were not sent again');
+    t.is(slow.got.length, 3);
   } finally {
     await http.close();
     run.child.kill('SIGKILL');
