@@ -667,6 +667,7 @@ export class Dispatcher {
     let targets: Target[];
     const tasks: SignTask[] = [];
     const sends: { s: State; d: DeliveryRecord; url: URL; addresses: Address[]; body: string }[] = [];
+    const unrenderable: { s: State; d: DeliveryRecord; err: unknown }[] = [];
     try {
       // Each distinct host resolved and checked once for the whole batch; no await when every
       // answer is already known.
@@ -678,7 +679,13 @@ export class Dispatcher {
         if (typeof target === 'string') continue;
         const secrets = liveSecrets(s.job.endpoint, now);
         for (const { d, event } of s.job.items) {
-          const body = this.bodyOf(event, s.job.endpoint);
+          let body: string;
+          try {
+            body = this.bodyOf(event, s.job.endpoint);
+          } catch (err) {
+            unrenderable.push({ s, d, err });
+            continue;
+          }
           tasks.push({ id: event.id, t, body, secrets });
           sends.push({ s, d, url: target.url, addresses: target.addresses, body });
         }
@@ -696,6 +703,16 @@ export class Dispatcher {
       if (typeof target !== 'string') continue;
       const s = state[j]!;
       for (const { d } of s.job.items) outcome(s, d, { status: null, error: target, retryAfterMs: undefined, durationMs: 0 });
+    }
+    // A stored event never changes, so one that does not render never will: its delivery fails
+    // at once, without a retry, instead of holding its endpoint's queue.
+    for (const { s, d, err } of unrenderable) {
+      this.host.log.error({ err, eventId: d.eventId, endpointId: d.endpointId }, 'a webhook event could not be rendered; its delivery fails');
+      const { write } = this.settled(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: 'the event could not be rendered', durationMs: 0 }, undefined);
+      this.queueOutcome(write, (e) => {
+        if (d.version === 0) this.firstSettled(d.eventId, e === undefined);
+        finish(s, e);
+      });
     }
     if (!tasks.length) return;
     let parts: SignedPart[];

@@ -10,8 +10,8 @@
 // restart.
 //
 // Then, on the actor host directly, with the LMDB state arranged between two hosts: a delivery id
-// that another endpoint's delivery of the same event already holds (a hash clash), and a first
-// attempt that cannot be sent at all.
+// that another endpoint's delivery of the same event already holds (a hash clash), and an event
+// whose body cannot be rendered.
 
 import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
@@ -228,12 +228,12 @@ test.serial("a delivery id taken by another endpoint's delivery of the same even
   );
 });
 
-test.serial('a first attempt that cannot be sent (its body does not render) is stored pending for its worker, and the event leaves the outbox', async (t) => {
-  const dir = await tempDir('webhook-unsent');
+test.serial('an event whose body does not render: its delivery fails at once, nothing is sent, the event leaves the outbox, and the endpoint gets the next event', async (t) => {
+  const dir = await tempDir('webhook-unrenderable');
   t.teardown(() => removeDir(dir));
   const r = await startReceiver();
   t.teardown(() => r.close());
-  const tenant = 'unsent';
+  const tenant = 'unrenderable';
   const { endpoints, eventId, store } = await eventLeft(dir, tenant, [r.url]);
   const endpoint = endpoints[0]!;
   // An event whose data the renderer cannot take: rendering its body throws before any request.
@@ -245,16 +245,26 @@ test.serial('a first attempt that cannot be sent (its body does not render) is s
   const host = dispatching(dir);
   t.teardown(() => host.close());
   const deliveryId = derivedId('delivery', event.id, endpoint.id);
-  await until('the event out of the outbox', async () => {
-    const page = await ok<{ rows: { record: DeliveryRecord }[] }>(
-      host.query({ kind: 'delivery.list', query: { tenant, filter: endpoint.id, sort: 'createdAt', dir: 'desc', after: undefined, limit: 10, withChildren: true } }),
-    );
-    return page.rows.some((x) => x.record.id === deliveryId);
-  });
+  const listed = async (): Promise<DeliveryRecord[]> =>
+    (
+      await ok<{ rows: { record: DeliveryRecord }[] }>(
+        host.query({ kind: 'delivery.list', query: { tenant, filter: endpoint.id, sort: 'createdAt', dir: 'desc', after: undefined, limit: 10, withChildren: true } }),
+      )
+    ).rows.map((x) => x.record);
+  await until('the delivery stored', async () => (await listed()).some((d) => d.id === deliveryId));
+  const failed = (await listed()).find((d) => d.id === deliveryId)!;
+  t.is(failed.status, 'failed');
+  t.deepEqual(
+    failed.attempts.map((a) => [a.outcome, a.responseStatus, a.error]),
+    [['failed', null, 'the event could not be rendered']],
+  );
+  // The endpoint's queue is not held by it: the next event is delivered.
+  const orderId = newId('order');
+  await ok(host.handle({ kind: 'order.create', tenant, partition: partitionOf(orderId), id: orderId, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+  await until('the next event delivered', () => r.got.length === 1);
+  t.not(r.got[0]!.json.id, eventId);
   await host.close();
   const left = await leftBehind(dir, [deliveryId]);
-  t.deepEqual(left.outbox, [], 'the event is not fanned out again and again');
-  t.is(left.deliveries[0]?.status, 'pending');
-  t.deepEqual(left.deliveries[0]?.attempts, [], 'nothing was sent, so no attempt is recorded');
-  t.is(r.got.length, 0);
+  t.deepEqual(left.outbox, []);
+  t.is(left.deliveries[0]?.status, 'failed');
 });
