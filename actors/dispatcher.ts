@@ -306,7 +306,7 @@ export class Dispatcher {
         continue;
       }
       if (!event) {
-        writes.push({ table: this.outbox as Table<unknown>, id, before: row, after: undefined });
+        writes.push(this.outboxRemoval(id, row));
         continue;
       }
       rows.set(id, row);
@@ -352,15 +352,11 @@ export class Dispatcher {
         }
       }
     }
-    const flying: string[] = [];
     for (const [id, row] of rows) {
       const left = out.get(id);
-      if (left === undefined) writes.push({ table: this.outbox as Table<unknown>, id, before: row, after: undefined });
-      else {
-        // One more than its first attempts: this commit, which stores what the workers got.
-        this.inFlight.set(id, { row, left: left + 1, failed: false });
-        flying.push(id);
-      }
+      if (left === undefined) writes.push(this.outboxRemoval(id, row));
+      // One more than its first attempts: this commit, which stores what the workers got.
+      else this.inFlight.set(id, { row, left: left + 1, failed: false });
     }
     // The batch starts before this commit lands (its signatures are asked for first, so the
     // pool signs while the commit is encoded). A handed-over delivery is tried by its worker, and
@@ -373,11 +369,15 @@ export class Dispatcher {
       // and each event is fanned out again once its first attempts are done. The rows this
       // commit was to remove stay, for the pump's retry.
       for (const d of handed) this.unstored.add(d);
-      for (const id of flying) this.firstSettled(id, false);
+      for (const id of out.keys()) this.firstSettled(id, false);
       throw err;
     }
-    for (const id of flying) this.firstSettled(id, true);
+    for (const id of out.keys()) this.firstSettled(id, true);
     return kept;
+  }
+
+  private outboxRemoval(id: string, row: OutboxEntry): Write<unknown> {
+    return { table: this.outbox as Table<unknown>, id, before: row, after: undefined };
   }
 
   /**
@@ -458,7 +458,7 @@ export class Dispatcher {
       this.pumpLater();
       return;
     }
-    this.queueOutcome({ table: this.outbox as Table<unknown>, id: eventId, before: f.row, after: undefined }, (err) => {
+    this.queueOutcome(this.outboxRemoval(eventId, f.row), (err) => {
       this.inFlight.delete(eventId);
       if (err !== undefined) this.pumpLater();
     });
@@ -641,7 +641,7 @@ export class Dispatcher {
     const unsent = (d: DeliveryRecord): void => {
       if (d.version !== 0) return;
       const after: DeliveryRecord = { ...d, version: 1, nextAttemptAt: now + RETRY_AFTER_FAILURE_MS };
-      this.queueOutcome({ table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after }, (err) => this.firstSettled(d.eventId, err === undefined));
+      this.queueDelivery(d, { table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after }, () => undefined);
     };
     const outcome = (s: State, d: DeliveryRecord, res: SendResult): void => {
       let decided: Decision;
@@ -653,8 +653,7 @@ export class Dispatcher {
         return;
       }
       if (decided.next !== undefined) s.retrying = true;
-      this.queueOutcome(decided.write, (err) => {
-        if (d.version === 0) this.firstSettled(d.eventId, err === undefined);
+      this.queueDelivery(d, decided.write, (err) => {
         if (err !== undefined || !decided.disable) return finish(s, err);
         // As before the batch: the endpoint's next deliveries wait for its disable.
         s.gone = true;
@@ -709,10 +708,7 @@ export class Dispatcher {
     for (const { s, d, err } of unrenderable) {
       this.host.log.error({ err, eventId: d.eventId, endpointId: d.endpointId }, 'a webhook event could not be rendered; its delivery fails');
       const { write } = this.settled(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: 'the event could not be rendered', durationMs: 0 }, undefined);
-      this.queueOutcome(write, (e) => {
-        if (d.version === 0) this.firstSettled(d.eventId, e === undefined);
-        finish(s, e);
-      });
+      this.queueDelivery(d, write, (e) => finish(s, e));
     }
     if (!tasks.length) return;
     let parts: SignedPart[];
@@ -882,6 +878,17 @@ export class Dispatcher {
     };
     // Version 0: a fan-out's first attempt, stored for the first time with its outcome.
     return { write: { table: this.deliveries as Table<unknown>, id: d.id, before: d.version === 0 ? undefined : d, after }, next, disable: undefined };
+  }
+
+  /**
+   * queueOutcome for a write of delivery `d`: should `d` be a fan-out's first attempt (version 0),
+   * its event's outbox row counts it as stored, or not, before `done` runs.
+   */
+  private queueDelivery(d: DeliveryRecord, write: Write<unknown>, done: (err?: unknown) => void): void {
+    this.queueOutcome(write, (err) => {
+      if (d.version === 0) this.firstSettled(d.eventId, err === undefined);
+      done(err);
+    });
   }
 
   /**
