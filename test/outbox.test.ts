@@ -8,17 +8,11 @@ import test from 'ava';
 import { ActorHost } from '../actors/host.js';
 import { EVENTS, OUTBOX } from '../actors/events.js';
 import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
-import type { Command, Result } from '../proto/messages.js';
+import type { Command } from '../proto/messages.js';
 import type { EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { Store, type Table, type TableSpec } from '../storage/store.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
-import { endpointCreate } from './helpers/webhook-kit.js';
-
-async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
-  const r = await p;
-  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
-  return r.value as T;
-}
+import { endpointCreate, ok } from './helpers/webhook-kit.js';
 
 /**
  * Every event the closed host left in `dir`, and its outbox rows by event id: read back from

@@ -8,20 +8,13 @@ import { ActorHost } from '../actors/host.js';
 import type { Bus } from '../common/bus.js';
 import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
 import { newSigningSecret } from '../common/webhook-signature.js';
-import type { Result } from '../proto/messages.js';
 import type { EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
-import { endpointCreate, startReceiver, until } from './helpers/webhook-kit.js';
+import { endpointCreate, ok, startReceiver, until } from './helpers/webhook-kit.js';
 
 const test = anyTest as TestFn;
 const LOCAL = 'owner-up';
 const REMOTE = 'owner-down';
-
-async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
-  const r = await p;
-  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
-  return r.value as T;
-}
 
 test('events of a tenant whose endpoints cannot be read wait, without holding up other tenants', async (t) => {
   const remotePartition = partitionFor(REMOTE);

@@ -8,10 +8,10 @@ import anyTest, { type TestFn } from 'ava';
 import { ActorHost } from '../actors/host.js';
 import { newId, partitionFor, partitionOf, PARTITIONS } from '../common/ids.js';
 import { newSigningSecret } from '../common/webhook-signature.js';
-import type { Command, Result } from '../proto/messages.js';
+import type { Command } from '../proto/messages.js';
 import type { DeliveryRecord, EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
-import { startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
+import { deliveries, ok, startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
 
 const test = anyTest as TestFn<{ host: ActorHost; dir: string; r: Receiver }>;
 const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
@@ -34,12 +34,6 @@ test.afterEach.always(async (t) => {
   await removeDir(t.context.dir);
 });
 
-async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
-  const r = await p;
-  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
-  return r.value as T;
-}
-
 async function setup(t: { context: { host: ActorHost; r: Receiver } }, tenant: string): Promise<EndpointRecord> {
   const partition = partitionFor(tenant);
   const cmd: Command = {
@@ -56,13 +50,6 @@ async function setup(t: { context: { host: ActorHost; r: Receiver } }, tenant: s
 async function order(host: ActorHost, tenant: string): Promise<void> {
   const id = newId('order');
   await ok(host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
-}
-
-async function deliveries(host: ActorHost, tenant: string, endpointId: string): Promise<DeliveryRecord[]> {
-  const pages = await ok<{ rows: { record: DeliveryRecord }[] }>(
-    host.query({ kind: 'delivery.list', query: { tenant, filter: endpointId, sort: 'createdAt', dir: 'desc', after: undefined, limit: 100, withChildren: true } }),
-  );
-  return pages.rows.map((r) => r.record);
 }
 
 test('no success for the disable window disables the endpoint as failing', async (t) => {

@@ -20,14 +20,14 @@ import anyTest, { type TestFn } from 'ava';
 import { EVENTS, OUTBOX } from '../actors/events.js';
 import { ActorHost } from '../actors/host.js';
 import { DELIVERIES } from '../actors/webhooks.js';
-import { derivedId, newId, partitionOf, PARTITIONS } from '../common/ids.js';
-import type { Result } from '../proto/messages.js';
+import { derivedId, newId, partitionOf } from '../common/ids.js';
+import { parsePartitions } from '../common/partitions.js';
 import type { DeliveryRecord, EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { Store, type Table } from '../storage/store.js';
 import { HttpClient } from './helpers/client.js';
 import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
 import { removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
-import { endpointCreate, startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
+import { deliveries, endpointCreate, ok, startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
 
 interface Context {
   dir: string;
@@ -51,14 +51,17 @@ function start(t: { context: Context }): Promise<Running> {
   return startChild(t.context.children, t.context.dir, SECRET, { LOG_LEVEL: 'error', WEBHOOK_ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_TIMEOUT_MS: '60000' });
 }
 
+/** The ids of the outbox rows in `store`, oldest first. */
+function outboxIds(store: Store): string[] {
+  return store.scan(store.table<OutboxEntry>(OUTBOX) as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 100 }).map((r) => r.id);
+}
+
 /** What a host left in its LMDB (in `dir`): the outbox rows, and the deliveries asked for by id. */
 async function leftBehind(dir: string, deliveryIds: string[]): Promise<{ outbox: string[]; deliveries: (DeliveryRecord | undefined)[] }> {
   const store = Store.open(dir);
   try {
-    const outbox = store.table<OutboxEntry>(OUTBOX);
-    const deliveries = store.table<DeliveryRecord>(DELIVERIES);
-    const rows = store.scan(outbox as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 100 });
-    return { outbox: rows.map((r) => r.id), deliveries: deliveryIds.map((id) => deliveries.get(id)) };
+    const stored = store.table<DeliveryRecord>(DELIVERIES);
+    return { outbox: outboxIds(store), deliveries: deliveryIds.map((id) => stored.get(id)) };
   } finally {
     await store.close();
   }
@@ -146,13 +149,12 @@ test.serial('killed with one first attempt out: the event stays in the outbox, a
   }
 });
 
-async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
-  const r = await p;
-  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
-  return r.value as T;
-}
+const ALL = new Set(parsePartitions(undefined));
 
-const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+async function createOrder(host: ActorHost, tenant: string): Promise<void> {
+  const id = newId('order');
+  await ok(host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+}
 
 /**
  * One order.created event of `tenant` left in the outbox of a host in `dir` that has no
@@ -163,12 +165,10 @@ async function eventLeft(dir: string, tenant: string, urls: string[]): Promise<{
   const quiet = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog() });
   const endpoints: EndpointRecord[] = [];
   for (const url of urls) endpoints.push(await ok<EndpointRecord>(quiet.handle(endpointCreate(tenant, url))));
-  const orderId = newId('order');
-  await ok(quiet.handle({ kind: 'order.create', tenant, partition: partitionOf(orderId), id: orderId, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+  await createOrder(quiet, tenant);
   await quiet.close();
   const store = Store.open(dir);
-  const [row] = store.scan(store.table<OutboxEntry>(OUTBOX) as Table<unknown>, { prefix: [], after: undefined, reverse: false, limit: 10 });
-  return { endpoints, eventId: row!.id, store };
+  return { endpoints, eventId: outboxIds(store)[0]!, store };
 }
 
 function dispatching(dir: string): ActorHost {
@@ -245,22 +245,15 @@ test.serial('an event whose body does not render: its delivery fails at once, no
   const host = dispatching(dir);
   t.teardown(() => host.close());
   const deliveryId = derivedId('delivery', event.id, endpoint.id);
-  const listed = async (): Promise<DeliveryRecord[]> =>
-    (
-      await ok<{ rows: { record: DeliveryRecord }[] }>(
-        host.query({ kind: 'delivery.list', query: { tenant, filter: endpoint.id, sort: 'createdAt', dir: 'desc', after: undefined, limit: 10, withChildren: true } }),
-      )
-    ).rows.map((x) => x.record);
-  await until('the delivery stored', async () => (await listed()).some((d) => d.id === deliveryId));
-  const failed = (await listed()).find((d) => d.id === deliveryId)!;
+  await until('the delivery stored', async () => (await deliveries(host, tenant, endpoint.id)).some((d) => d.id === deliveryId));
+  const failed = (await deliveries(host, tenant, endpoint.id)).find((d) => d.id === deliveryId)!;
   t.is(failed.status, 'failed');
   t.deepEqual(
     failed.attempts.map((a) => [a.outcome, a.responseStatus, a.error]),
     [['failed', null, 'the event could not be rendered']],
   );
   // The endpoint's queue is not held by it: the next event is delivered.
-  const orderId = newId('order');
-  await ok(host.handle({ kind: 'order.create', tenant, partition: partitionOf(orderId), id: orderId, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+  await createOrder(host, tenant);
   await until('the next event delivered', () => r.got.length === 1);
   t.not(r.got[0]!.json.id, eventId);
   await host.close();

@@ -14,7 +14,9 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { loadConfig } from '../../common/config.js';
 import { newId, partitionFor } from '../../common/ids.js';
 import { newSigningSecret } from '../../common/webhook-signature.js';
-import type { Command } from '../../proto/messages.js';
+import type { ActorHost } from '../../actors/host.js';
+import type { Command, Result } from '../../proto/messages.js';
+import type { DeliveryRecord } from '../../proto/webhooks.js';
 import { createLogger } from '../../common/log.js';
 import { startService, type Service } from '../../gateway/app.js';
 import type { WebhookHooks } from '../../gateway/webhook-wiring.js';
@@ -177,4 +179,19 @@ export function endpointCreate(tenant: string, endpointUrl: string, eventTypes: 
     input: { endpointUrl, eventTypes, apiVersion: 'v1', description: null },
     secret: newSigningSecret(),
   } as Command;
+}
+
+/** The value of an actor host's answer; a refusal throws, naming its problem. */
+export async function ok<T>(p: Promise<Result<unknown>>): Promise<T> {
+  const r = await p;
+  if (!r.ok) throw new Error(`${r.error.code}: ${r.error.detail}`);
+  return r.value as T;
+}
+
+/** An endpoint's deliveries as the actor host lists them, newest first (at most 100). */
+export async function deliveries(host: ActorHost, tenant: string, endpointId: string): Promise<DeliveryRecord[]> {
+  const pages = await ok<{ rows: { record: DeliveryRecord }[] }>(
+    host.query({ kind: 'delivery.list', query: { tenant, filter: endpointId, sort: 'createdAt', dir: 'desc', after: undefined, limit: 100, withChildren: true } }),
+  );
+  return pages.rows.map((r) => r.record);
 }
