@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { mintToken } from '../gateway/auth.js';
 import { call, closeHttp, pool } from './lib/http.js';
-import { threadCpuSeconds } from './lib/proc.js';
+import { threadCpuSeconds, threadNames } from './lib/proc.js';
 import { genericTable } from './lib/report.js';
 import { startService } from './lib/servers.js';
 import { benchSecret } from './lib/token.js';
@@ -61,6 +61,7 @@ try {
     await sleep(100);
   }
   const after = threadCpuSeconds(pid);
+  const names = threadNames(pid);
   console.log(`\n== webhook-fanout-threads ==  one event to ${ENDPOINTS} endpoints, ${ROUNDS} rounds`);
   console.log(genericTable(['round', 'POST answered ms', '1st ms', '100th ms', '500th ms', 'last ms'], rows));
   const perK = (s: number): number => Math.round(((s * 1000) / ((ROUNDS - WARM) * ENDPOINTS)) * 1000 * 10) / 10;
@@ -68,7 +69,8 @@ try {
     .map(([tid, s]) => ({ tid, ms: perK(s - (before.get(tid) ?? 0)) }))
     .filter((x) => x.ms > 0)
     .sort((a, b) => b.ms - a.ms);
-  console.log(genericTable(['thread', 'CPU ms per 1,000 deliveries'], threads.map((x) => [x.tid === pid ? `${x.tid} (main)` : x.tid, x.ms])));
+  const label = (tid: number): string => `${tid} ${tid === pid ? '(main)' : `(${names.get(tid) ?? '?'})`}`;
+  console.log(genericTable(['thread', 'CPU ms per 1,000 deliveries'], threads.map((x) => [label(x.tid), x.ms])));
   const lasts = rows.slice(WARM).map((r) => Number(r[5])).sort((a, b) => a - b);
   console.log(`  service CPU per 1,000 deliveries: ${threads.reduce((n, x) => n + x.ms, 0).toFixed(1)} ms; median last arrival ${lasts[Math.floor(lasts.length / 2)]} ms after the POST`);
 } finally {

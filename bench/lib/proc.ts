@@ -193,6 +193,17 @@ export function threadCpuSeconds(pid: number): Map<number, number> {
   return out;
 }
 
+/** Each thread's name (/proc/<pid>/task/<tid>/comm: "node", "libuv-worker", "V8 Worker", ...). */
+export function threadNames(pid: number): Map<number, string> {
+  const out = new Map<number, string>();
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) out.set(Number(tid), readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim());
+  } catch {
+    // The process is gone: no threads.
+  }
+  return out;
+}
+
 export interface Rss {
   rssMb: number;
   anonMb: number;
