@@ -53,6 +53,8 @@ export interface DispatchOptions {
   remote?: Bus;
   /** Most deliveries in flight to one endpoint. */
   perEndpoint?: number;
+  /** Signs deliveries (tests put one in that fails). */
+  signer?: Signer;
 }
 
 interface HostLink {
@@ -134,7 +136,7 @@ export class Dispatcher {
   private readonly failing = new Map<string, number>();
   /** When each endpoint last answered 2xx, as this process saw it. */
   private readonly succeeded = new Map<string, number>();
-  private readonly signer = new Signer();
+  private readonly signer: Signer;
   private readonly sender: WebhookSender;
   private readonly resolver: Resolver;
   private pumping = false;
@@ -171,6 +173,7 @@ export class Dispatcher {
     this.endpoints = store.table(ENDPOINTS);
     this.deliveries = store.table(DELIVERIES);
     this.sender = new WebhookSender({ timeoutMs: opts.timeoutMs, ca: opts.ca });
+    this.signer = opts.signer ?? new Signer();
     this.resolver = opts.resolver ?? systemResolver;
   }
 

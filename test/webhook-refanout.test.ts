@@ -10,24 +10,26 @@
 // restart.
 //
 // Then, on the actor host directly, with the LMDB state arranged between two hosts: a delivery id
-// that another endpoint's delivery of the same event already holds (a hash clash), and an event
-// whose body cannot be rendered.
+// that another endpoint's delivery of the same event already holds (a hash clash), an event
+// whose body cannot be rendered, and first attempts whose signatures fail (stored pending, unsent).
 
 import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import anyTest, { type TestFn } from 'ava';
+import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import { EVENTS, OUTBOX } from '../actors/events.js';
 import { ActorHost } from '../actors/host.js';
 import { DELIVERIES } from '../actors/webhooks.js';
 import { derivedId, newId, partitionOf } from '../common/ids.js';
 import { parsePartitions } from '../common/partitions.js';
 import type { DeliveryRecord, EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
+import { Signer, type SignedPart } from '../actors/signer.js';
+import type { SignTask } from '../common/webhook-signature.js';
 import { Store, type Table } from '../storage/store.js';
 import { HttpClient } from './helpers/client.js';
 import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
 import { removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
-import { deliveries, endpointCreate, ok, startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
+import { deliveries, endpointCreate, ok, startReceiver, until, WEBHOOK_SCOPES, type Receiver } from './helpers/webhook-kit.js';
 
 interface Context {
   dir: string;
@@ -171,18 +173,9 @@ async function eventLeft(dir: string, tenant: string, urls: string[]): Promise<{
   return { endpoints, eventId: outboxIds(store)[0]!, store };
 }
 
-function dispatching(dir: string): ActorHost {
-  return new ActorHost({
-    dataDir: dir,
-    partitions: ALL,
-    mailboxLimit: 100,
-    log: silentLog(),
-    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true },
-  });
-}
-
-test.serial("a delivery id taken by another endpoint's delivery of the same event: the endpoint gets the next id, and its delivery", async (t) => {
-  const dir = await tempDir('webhook-id-clash');
+/** eventLeft in a fresh directory, with two receivers and an endpoint at each; all gone after the test. */
+async function twoReceivers(t: ExecutionContext, tenant: string): Promise<Awaited<ReturnType<typeof eventLeft>> & { dir: string; a: Receiver; b: Receiver }> {
+  const dir = await tempDir(`webhook-${tenant}`);
   t.teardown(() => removeDir(dir));
   const a = await startReceiver();
   const b = await startReceiver();
@@ -190,8 +183,22 @@ test.serial("a delivery id taken by another endpoint's delivery of the same even
     await a.close();
     await b.close();
   });
+  return { dir, a, b, ...(await eventLeft(dir, tenant, [a.url, b.url])) };
+}
+
+function dispatching(dir: string, signer?: Signer): ActorHost {
+  return new ActorHost({
+    dataDir: dir,
+    partitions: ALL,
+    mailboxLimit: 100,
+    log: silentLog(),
+    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true, signer },
+  });
+}
+
+test.serial("a delivery id taken by another endpoint's delivery of the same event: the endpoint gets the next id, and its delivery", async (t) => {
   const tenant = 'id-clash';
-  const { endpoints, eventId, store } = await eventLeft(dir, tenant, [a.url, b.url]);
+  const { dir, a, b, endpoints, eventId, store } = await twoReceivers(t, tenant);
   const [ea, eb] = endpoints as [EndpointRecord, EndpointRecord];
   // A clash the hash would make about once in 2^52: the id of B's delivery already names one
   // of A's, settled.
@@ -260,4 +267,54 @@ test.serial('an event whose body does not render: its delivery fails at once, no
   const left = await leftBehind(dir, [deliveryId]);
   t.deepEqual(left.outbox, []);
   t.is(left.deliveries[0]?.status, 'failed');
+});
+
+/**
+ * A signer whose first batch fails, as a pool whose worker died would answer; later batches are
+ * signed once `open` is called, so the test sees what the failure left before the retry.
+ */
+class FailingOnce extends Signer {
+  calls = 0;
+  open!: () => void;
+  private readonly gate = new Promise<void>((resolve) => (this.open = resolve));
+
+  override parts(tasks: SignTask[]): SignedPart[] {
+    if (this.calls++ === 0) return [{ from: 0, to: tasks.length, sigs: Promise.reject(new Error('the signing pool is gone')) }];
+    return [{ from: 0, to: tasks.length, sigs: this.gate.then(() => Promise.all(super.parts(tasks).map((p) => p.sigs))).then((x) => x.flat()) }];
+  }
+}
+
+test.serial('first attempts whose signatures could not be had: nothing is sent, they are stored pending, and the workers deliver them later', async (t) => {
+  const tenant = 'unsent';
+  const { dir, a, b, endpoints, eventId, store } = await twoReceivers(t, tenant);
+  await store.close();
+  const signer = new FailingOnce();
+  const host = dispatching(dir, signer);
+  t.teardown(() => host.close());
+  const ids = endpoints.map((e) => derivedId('delivery', eventId, e.id));
+  const stored = (): Promise<(DeliveryRecord | undefined)[]> => Promise.all(endpoints.map(async (e, i) => (await deliveries(host, tenant, e.id)).find((d) => d.id === ids[i])));
+  await until('both deliveries stored', async () => (await stored()).every((d) => d !== undefined));
+  t.deepEqual(
+    (await stored()).map((d) => [d?.status, d?.attempts.length]),
+    [
+      ['pending', 0],
+      ['pending', 0],
+    ],
+    'stored pending, with no attempt: none was made',
+  );
+  t.is(a.got.length + b.got.length, 0);
+  signer.open();
+  await until('the event at both endpoints', () => a.got.length === 1 && b.got.length === 1);
+  t.is(a.got[0]!.json.id, eventId);
+  t.is(b.got[0]!.json.id, eventId);
+  await host.close();
+  const left = await leftBehind(dir, ids);
+  t.deepEqual(left.outbox, []);
+  t.deepEqual(
+    left.deliveries.map((d) => [d?.status, d?.attempts.map((x) => [x.attempt, x.outcome])]),
+    [
+      ['delivered', [[1, 'delivered']]],
+      ['delivered', [[1, 'delivered']]],
+    ],
+  );
 });
