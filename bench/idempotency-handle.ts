@@ -12,7 +12,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ActorHost } from '../actors/host.js';
 import { loadConfig } from '../common/config.js';
-import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { createLogger } from '../common/log.js';
 import { allRoutes } from '../gateway/app.js';
@@ -22,6 +21,7 @@ import type { GatewayRequest } from '../gateway/http-types.js';
 import { createGateway } from '../gateway/pipeline.js';
 import { ORDER_BODY } from './lib/fixtures.js';
 import { writeResults } from './lib/report.js';
+import { allPartitions } from '../common/partitions.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
 const WRITES = Number(process.env.BENCH_WRITES ?? 10_000);
@@ -31,7 +31,7 @@ const SECRET = 'idempotency-handle-bench-secret-0123456789';
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-idempotency-handle-'));
 const log = createLogger('silent', 'bench');
-const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log });
+const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 1000, log });
 const config = loadConfig({ DATA_DIR: dir, RATE_LIMIT_PER_SECOND: '10000000', RATE_LIMIT_BURST: '10000000' });
 const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log });
 const token = await mintToken(SECRET, { sub: 'bench', tenant: 'bench', scope: 'orders:read orders:write' });

@@ -10,7 +10,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ActorHost } from '../actors/host.js';
 import { loadConfig } from '../common/config.js';
-import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { createLogger } from '../common/log.js';
 import { allRoutes } from '../gateway/app.js';
@@ -21,6 +20,7 @@ import { LifecycleRegistry } from '../gateway/lifecycle.js';
 import { UsageCounter } from '../gateway/usage.js';
 import { createGateway } from '../gateway/pipeline.js';
 import { writeResults } from './lib/report.js';
+import { allPartitions } from '../common/partitions.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
 const CALLS = Number(process.env.BENCH_CALLS ?? 100_000);
@@ -28,7 +28,7 @@ const SECRET = 'lifecycle-handle-bench-secret-0123456789';
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-lifecycle-handle-'));
 const log = createLogger('silent', 'bench');
-const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log });
+const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 1000, log });
 const bus = new LocalBus(host, 5000);
 // The real counter: counts in memory, flushed to the actor host every second as usage.add.
 const usage = new UsageCounter(bus, log);

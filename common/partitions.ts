@@ -27,6 +27,11 @@ export function parsePartitions(spec: string | undefined): number[] {
   return [...seen].sort((a, b) => a - b);
 }
 
+/** Every partition but `except`: what a host owns in embedded mode (and tests, short of a few). */
+export function allPartitions(...except: number[]): Set<number> {
+  return new Set(except.length ? ALL.filter((p) => !except.includes(p)) : ALL);
+}
+
 /** Inclusive [first, last] runs, so an announcement stays a few bytes however many partitions a node has. */
 export function toRanges(partitions: readonly number[]): [number, number][] {
   const sorted = [...new Set(partitions)].sort((a, b) => a - b);

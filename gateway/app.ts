@@ -4,7 +4,6 @@
 import { join } from 'node:path';
 import type { Bus } from '../common/bus.js';
 import type { Config } from '../common/config.js';
-import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import type { Logger } from '../common/log.js';
 import { jwtSecret } from '../common/secret.js';
@@ -32,6 +31,7 @@ import { LifecycleFile } from './lifecycle-file.js';
 import { deprecationsRoute } from './resources/deprecations.js';
 import { UsageCounter, readUsage } from './usage.js';
 import { startOperator, type OperatorServer } from './operator.js';
+import { allPartitions } from '../common/partitions.js';
 
 export interface Service {
   url: string;
@@ -84,7 +84,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
   } else {
     host = new ActorHost({
       dataDir: actorDataDir(config),
-      partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)),
+      partitions: allPartitions(),
       ...hostSettings(config),
       refundProcessor: parts.refundProcessor,
       log,
@@ -133,7 +133,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
         role: 'gateway',
         mode: config.natsUrl ? 'cluster' : 'embedded',
         nodeId: config.nodeId ?? `gateway-${process.pid}`,
-        partitions: host ? Array.from({ length: PARTITIONS }, (_, i) => i) : [],
+        partitions: host ? [...allPartitions()] : [],
         auth,
         lifecycle: { registry: lifecycle, file: lifecycleFile },
         // This gateway's latest counts go out first, so a reading includes them.

@@ -4,7 +4,7 @@
 
 import anyTest, { type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
-import { newId, partitionOf, PARTITIONS } from '../common/ids.js';
+import { newId, partitionOf } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
 import { orderActor } from '../actors/orders.js';
@@ -15,6 +15,7 @@ import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { cachedRendering } from '../gateway/representation.js';
 import type { Command, OrderRecord } from '../proto/messages.js';
 import { ALL_SCOPES, answerOf, assertProblem, freshTenant, removeDir, silentLog, tempDir, toRequest, token, type Call } from './helpers/edge-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 interface Context {
   dir: string;
@@ -24,7 +25,7 @@ interface Context {
 }
 
 const test = anyTest as TestFn<Context>;
-const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+const ALL = allPartitions();
 
 test.before(async (t) => {
   const dir = await tempDir('bounds');

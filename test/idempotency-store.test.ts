@@ -3,10 +3,11 @@
 // first answer was lost, kept no longer than the TTL, and never kept for a failure of ours.
 
 import anyTest, { type TestFn } from 'ava';
-import { newId, partitionOf, PARTITIONS } from '../common/ids.js';
+import { newId, partitionOf } from '../common/ids.js';
 import { ActorHost } from '../actors/host.js';
 import type { Command, IdemTag, OrderRecord, Result } from '../proto/messages.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 interface Context {
   dir: string;
@@ -15,7 +16,7 @@ interface Context {
 }
 
 const test = anyTest as TestFn<Context>;
-const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+const ALL = allPartitions();
 const HOUR = 3600_000;
 const TTL = 24 * HOUR;
 

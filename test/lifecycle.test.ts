@@ -8,7 +8,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
-import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
 import { allRoutes, startService } from '../gateway/app.js';
@@ -18,6 +17,7 @@ import { LifecycleError, LifecycleRegistry, parseEntries, type LifecycleEntry } 
 import { LifecycleFile } from '../gateway/lifecycle-file.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { ALL_SCOPES, type Answer, type Call, answerOf, assertProblem, capturingLog, freshTenant, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 interface Context {
   dir: string;
@@ -44,7 +44,7 @@ test.before(async (t) => {
   const dir = await tempDir('lifecycle');
   const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0' });
   const log = silentLog();
-  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log });
+  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 1000, log });
   const clock = { now: T0 };
   const registry = new LifecycleRegistry(() => clock.now);
   const routes = allRoutes({}, registry);

@@ -7,12 +7,13 @@
 import test from 'ava';
 import { ActorHost } from '../actors/host.js';
 import { EVENTS, OUTBOX } from '../actors/events.js';
-import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
+import { newId, partitionFor } from '../common/ids.js';
 import type { Command } from '../proto/messages.js';
 import type { EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import { Store, type Table, type TableSpec } from '../storage/store.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { endpointCreate, ok } from './helpers/webhook-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 /**
  * Every event the closed host left in `dir`, and its outbox rows by event id: read back from
@@ -41,7 +42,7 @@ test('an event is queued for delivery only when its tenant has a webhook endpoin
   t.false([QUIET, HOOKED].map(partitionFor).includes(elsewhere));
   const host = new ActorHost({
     dataDir: dir,
-    partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i).filter((p) => p !== elsewhere)),
+    partitions: allPartitions(elsewhere),
     mailboxLimit: 1000,
     log: silentLog(),
   });
@@ -75,7 +76,7 @@ test('a tenant found without endpoints queues again from the moment it has one, 
   t.teardown(() => removeDir(dir));
   const TENANT = 'comes-and-goes';
   const partition = partitionFor(TENANT);
-  const host = new ActorHost({ dataDir: dir, partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log: silentLog() });
+  const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 1000, log: silentLog() });
   const created: string[] = [];
   const order = async (): Promise<void> => {
     const id = newId('order', partition);

@@ -1,12 +1,24 @@
 import test from 'ava';
 import { PARTITIONS } from '../common/ids.js';
-import { parsePartitions, toRanges } from '../common/partitions.js';
+import { allPartitions, parsePartitions, toRanges } from '../common/partitions.js';
 
 test('no spec means every partition', (t) => {
   const all = parsePartitions(undefined);
   t.is(all.length, PARTITIONS);
   t.is(all[0], 0);
   t.is(all[PARTITIONS - 1], PARTITIONS - 1);
+});
+
+test('allPartitions: a fresh set of every partition, or of all but those named', (t) => {
+  const all = allPartitions();
+  t.is(all.size, PARTITIONS);
+  all.delete(0);
+  t.is(allPartitions().size, PARTITIONS, 'each call makes its own set');
+  const some = allPartitions(3, 200);
+  t.is(some.size, PARTITIONS - 2);
+  t.false(some.has(3));
+  t.false(some.has(200));
+  t.true(some.has(4));
 });
 
 test('ranges and single partitions, in any order, come back ascending', (t) => {

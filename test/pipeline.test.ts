@@ -6,7 +6,6 @@ import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
 import type { Bus } from '../common/bus.js';
 import { loadConfig } from '../common/config.js';
-import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
 import { allRoutes } from '../gateway/app.js';
@@ -14,6 +13,7 @@ import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { route, type RouteDef } from '../gateway/route.js';
+import { allPartitions } from '../common/partitions.js';
 import {
   ALL_SCOPES,
   type Answer,
@@ -50,7 +50,7 @@ test.before(async (t) => {
   const log = silentLog();
   const host = new ActorHost({
     dataDir: join(dir, 'actors'),
-    partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)),
+    partitions: allPartitions(),
     mailboxLimit: 1000,
     log,
   });
@@ -544,7 +544,7 @@ test('a keyed retry replays without reading what the first attempt read: a produ
 
 test('a keyed retry is answered while the writes it would queue behind fill the mailbox', async (t) => {
   const dir = await tempDir('pipeline-busy');
-  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 8, log: silentLog() });
+  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 8, log: silentLog() });
   try {
     const { gw } = gatewayOver(host, dir);
     const tok = await token(SECRET, `${ALL_SCOPES} users:read users:write`, { tenant: freshTenant('busy') });

@@ -8,7 +8,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type TestFn } from 'ava';
 import { ActorHost, type HostOptions } from '../actors/host.js';
 import type { RefundProcessor } from '../actors/refund-runner.js';
-import { PARTITIONS, newId, partitionOf } from '../common/ids.js';
+import { newId, partitionOf } from '../common/ids.js';
 import type { Command, OperationRecord, OrderRecord, RefundRecord, Result } from '../proto/messages.js';
 import { exited, killAll, startChild } from './helpers/child-service.js';
 import { Api } from './helpers/client.js';
@@ -16,9 +16,10 @@ import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { newTenant } from './helpers/order-suite.js';
 import { paidOrder } from './helpers/refund-suite.js';
 import { startEmbedded } from './helpers/service.js';
+import { allPartitions } from '../common/partitions.js';
 
 const test = anyTest as TestFn;
-const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+const ALL = allPartitions();
 const TENANT = 'refund-jobs';
 const WAIT_MS = 15_000;
 

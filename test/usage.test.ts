@@ -4,7 +4,6 @@
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
-import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
 import { allRoutes } from '../gateway/app.js';
@@ -14,11 +13,12 @@ import { LifecycleRegistry } from '../gateway/lifecycle.js';
 import { createGateway } from '../gateway/pipeline.js';
 import { UsageCounter, readUsage, summarize } from '../gateway/usage.js';
 import { answerOf, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 const test = anyTest as TestFn<{ dir: string }>;
 const SECRET = 'usage-test-secret-0123456789abcdef';
 const ROUTE = 'GET /v1/orders/{orderId}';
-const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+const ALL = allPartitions();
 
 test.before(async (t) => {
   t.context = { dir: await tempDir('usage') };

@@ -5,7 +5,6 @@
 import { join } from 'node:path';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
-import { PARTITIONS } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
 import { allRoutes } from '../gateway/app.js';
@@ -22,6 +21,7 @@ import { partitionOf } from '../common/ids.js';
 import type { OrderRecord } from '../proto/messages.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { ALL_SCOPES, type Answer, type Call, answerOf, assertProblem, freshTenant, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 interface Context {
   dir: string;
@@ -39,7 +39,7 @@ test.before(async (t) => {
   const dir = await tempDir('versions');
   const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0' });
   const log = silentLog();
-  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: new Set(Array.from({ length: PARTITIONS }, (_, i) => i)), mailboxLimit: 1000, log });
+  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 1000, log });
   const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log });
   const tenant = freshTenant('versions');
   t.context = {

@@ -6,11 +6,12 @@
 import anyTest, { type TestFn } from 'ava';
 import { ActorHost } from '../actors/host.js';
 import type { Bus } from '../common/bus.js';
-import { newId, partitionFor, PARTITIONS } from '../common/ids.js';
+import { newId, partitionFor } from '../common/ids.js';
 import { newSigningSecret } from '../common/webhook-signature.js';
 import type { EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { endpointCreate, ok, startReceiver, until } from './helpers/webhook-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 const test = anyTest as TestFn;
 const LOCAL = 'owner-up';
@@ -19,7 +20,7 @@ const REMOTE = 'owner-down';
 test('events of a tenant whose endpoints cannot be read wait, without holding up other tenants', async (t) => {
   const remotePartition = partitionFor(REMOTE);
   t.not(remotePartition, partitionFor(LOCAL));
-  const owned = new Set(Array.from({ length: PARTITIONS }, (_, i) => i).filter((p) => p !== remotePartition));
+  const owned = allPartitions(remotePartition);
   const receiver = await startReceiver();
   const remoteEndpoint: EndpointRecord = {
     id: newId('webhookEndpoint', remotePartition),

@@ -6,15 +6,16 @@
 
 import anyTest, { type TestFn } from 'ava';
 import { ActorHost } from '../actors/host.js';
-import { newId, partitionFor, partitionOf, PARTITIONS } from '../common/ids.js';
+import { newId, partitionFor, partitionOf } from '../common/ids.js';
 import { newSigningSecret } from '../common/webhook-signature.js';
 import type { Command } from '../proto/messages.js';
 import type { DeliveryRecord, EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { deliveries, ok, startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
+import { allPartitions } from '../common/partitions.js';
 
 const test = anyTest as TestFn<{ host: ActorHost; dir: string; r: Receiver }>;
-const ALL = new Set(Array.from({ length: PARTITIONS }, (_, i) => i));
+const ALL = allPartitions();
 
 test.beforeEach(async (t) => {
   const dir = await tempDir('webhook-policy');
