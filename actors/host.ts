@@ -573,12 +573,16 @@ export class ActorHost implements ActorEndpoint {
     }
   }
 
-  /** What a retry finds before doing anything: the kept answer, the key busy, or nothing (null). */
+  /**
+   * What a retry finds before doing anything: the key busy, the kept answer, or nothing (null).
+   * Busy first: the first request's answer is readable from its commit on, but is not on disk
+   * until its flush, and the key stays busy until then. A replay sent earlier would answer 2xx
+   * for a write a power cut could still lose (ARCHITECTURE property 2).
+   */
   private peek(tenant: string, tag: IdemTag): Result<unknown> {
     const id = idemId(tenant, tag.key);
-    const prior = this.priorResult(this.idem.get(id), tag);
-    if (prior) return prior;
-    return this.boxes.has(idemBox(id)) ? IN_FLIGHT : { ok: true, value: null };
+    if (this.boxes.has(idemBox(id))) return IN_FLIGHT;
+    return this.priorResult(this.idem.get(id), tag) ?? { ok: true, value: null };
   }
 
   /** The answer an earlier request with this key left, if it is still kept. */

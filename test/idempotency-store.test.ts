@@ -62,6 +62,31 @@ test('two writes with one key at once: the second is refused as in flight, not q
   t.true((await a).ok);
 });
 
+test('a retry that peeks while the first request is still being flushed hears "in flight", never a replay', async (t) => {
+  const { host } = t.context;
+  // The first request's answer is readable from its commit on, a moment before its flush; a
+  // retry peeking in that moment must not be answered 2xx. The window is narrow: many tries.
+  for (let i = 0; i < 30; i++) {
+    const key = tag(`flush-${i}`);
+    const first = create('t1', key);
+    let done = false;
+    const running = host.handle(first).then((r) => {
+      done = true;
+      return r;
+    });
+    const early: string[] = [];
+    while (!done) {
+      const peeked = await host.handle({ kind: 'idem.peek', tenant: 't1', partition: first.partition, idem: key });
+      if (!done) early.push(peeked.ok ? (peeked.replayed ? 'replayed' : 'free') : peeked.error.code);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    t.true((await running).ok);
+    t.deepEqual([...new Set(early)], early.length ? ['idempotency-key-in-flight'] : [], `try ${i}`);
+    const after = await host.handle({ kind: 'idem.peek', tenant: 't1', partition: first.partition, idem: key });
+    t.true(after.replayed, 'once flushed, the answer is replayed');
+  }
+});
+
 test('a key is kept for the TTL: after it, the same key runs anew, and the sweep forgets it', async (t) => {
   const { host, clock } = t.context;
   const first = await host.handle(create('t1', tag('ttl')));
