@@ -60,6 +60,8 @@ export interface HostOptions {
   refundProcessingMs?: number;
   /** How long one processor call may take before it is abandoned and asked again (default 30 s). */
   refundProcessorTimeoutMs?: number;
+  /** Pauses between failed processor calls (tests shorten them; actors/refund-runner.ts BACKOFF_MS). */
+  refundBackoffMs?: readonly number[];
   /** Wall clock for record timestamps and key expiry; tests move it. */
   now?: () => number;
   log: Logger;
@@ -192,6 +194,7 @@ export class ActorHost implements ActorEndpoint {
       processor: opts.refundProcessor ?? simulatedProcessor(opts.refundProcessingMs ?? 500),
       retentionMs: opts.operationRetentionMs ?? DAY_MS,
       processorTimeoutMs: opts.refundProcessorTimeoutMs ?? 30_000,
+      backoffMs: opts.refundBackoffMs,
       commit: (orderId, kind, plan) => this.internalTurn(orderId, kind, plan),
       log: opts.log,
     });

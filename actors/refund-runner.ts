@@ -35,10 +35,12 @@ export function simulatedProcessor(latencyMs: number): RefundProcessor {
   };
 }
 
-/** Waits between processor attempts that failed; the last entry repeats. */
-const BACKOFF_MS = [1_000, 5_000, 30_000, 120_000, 600_000];
-/** Failed processor calls in a row (in one run of a job) before the operation fails as unavailable. */
-export const MAX_FAILURES = 8;
+/**
+ * Waits between processor attempts that failed; the last entry repeats. There is no last attempt:
+ * a call that failed or timed out may still have moved the money, so only the processor's own
+ * answer ends a refund. Failing it without one would free its amount for a second refund.
+ */
+export const BACKOFF_MS: readonly number[] = [1_000, 5_000, 30_000, 120_000, 600_000];
 /** Jobs running at once on a node; more wait for the next resume pass. */
 export const MAX_JOBS = 256;
 /** How long close() waits for jobs to stop before it lets go of them. */
@@ -50,6 +52,8 @@ export interface RunnerDeps {
   retentionMs: number;
   /** How long one processor call may take before it counts as failed (and is asked again). */
   processorTimeoutMs: number;
+  /** Pauses after failed calls (default BACKOFF_MS); tests shorten them. */
+  backoffMs?: readonly number[];
   /** Runs `plan` in the order's turn and commits what it writes, durably; resolves to the plan committed. */
   commit(orderId: string, kind: string, plan: (now: number) => Plan | undefined): Promise<Plan | undefined>;
   log: Logger;
@@ -109,10 +113,9 @@ export class RefundRunner {
       } catch (err) {
         if (this.stop.signal.aborted) return;
         failures++;
+        // The operation stays running and the refund keeps holding its amount until the
+        // processor answers; each failure is logged for the operator.
         this.deps.log.warn({ err, operation: opId, failures }, 'payment processor failed; retrying');
-        if (failures >= MAX_FAILURES) {
-          outcome = { ok: false, error: { code: 'unavailable', detail: `The payment processor could not be reached (${failures} attempts).` } };
-        }
       }
       if (outcome) {
         const result = outcome;
@@ -120,7 +123,8 @@ export class RefundRunner {
         await commit(orderId, 'refund.finish', (now) => planRefundFinish(opId, result, tables, now, retentionMs));
         return;
       }
-      await sleep(BACKOFF_MS[Math.min(failures - 1, BACKOFF_MS.length - 1)], undefined, { signal: this.stop.signal });
+      const backoff = this.deps.backoffMs ?? BACKOFF_MS;
+      await sleep(backoff[Math.min(failures - 1, backoff.length - 1)], undefined, { signal: this.stop.signal });
     }
   }
 }

@@ -171,6 +171,53 @@ test('a processor that throws is asked again after a pause; the operation then s
   }
 });
 
+test('a processor that keeps failing never fails the refund: its amount stays held until the processor answers', async (t) => {
+  // A failed or timed-out call may still have moved the money: giving up would free the amount
+  // for a second refund, and the processor would pay twice.
+  const dir = await tempDir('refund-unanswered');
+  let calls = 0;
+  let failing = true;
+  const host = open(dir, {
+    refundBackoffMs: [1],
+    refundProcessor: {
+      async refund() {
+        calls++;
+        if (failing) throw new Error('connection reset');
+        return { ok: true };
+      },
+    },
+  });
+  try {
+    const order = await paid(host, 1000);
+    const op = await startRefund(host, order);
+    let meanwhile = read<OperationRecord>(host, 'operation.get', op.id);
+    while (calls < 20 && meanwhile.ok && meanwhile.value.status !== 'failed') {
+      await delay(5);
+      meanwhile = read<OperationRecord>(host, 'operation.get', op.id);
+    }
+    t.true(meanwhile.ok && meanwhile.value.status === 'running', 'still running after 20 failed calls');
+    const second = await host.handle({
+      kind: 'refund.create',
+      tenant: TENANT,
+      partition: partitionOf(order.id),
+      id: newId('refund', partitionOf(order.id)),
+      orderId: order.id,
+      operationId: newId('operation', partitionOf(order.id)),
+      amount: null,
+      reason: null,
+    });
+    t.like(second, { ok: false, error: { code: 'invalid-state' } }, 'the amount is still held');
+    failing = false;
+    const done = await until(host, op.id, 'succeeded', 'failed');
+    t.is(done.status, 'succeeded');
+    const o = read<OrderRecord>(host, 'order.get', order.id);
+    t.true(o.ok && o.value.status === 'refunded' && o.value.refunded === 1000);
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
+
 test('a processor call that hangs, even one that ignores the abort, is abandoned after its timeout and asked again; close() does not wait for it', async (t) => {
   const dir = await tempDir('refund-hang');
   let calls = 0;
