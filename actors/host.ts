@@ -547,6 +547,7 @@ export class ActorHost implements ActorEndpoint {
       let result: Result<unknown>;
       let writes: Write<unknown>[] = [];
       let emitted = false;
+      let keep = true;
       try {
         const p = plan(now);
         writes = p.writes;
@@ -561,8 +562,10 @@ export class ActorHost implements ActorEndpoint {
         if (!(err instanceof ApiError) || err.status >= 500) throw err;
         stat.errors++;
         result = { ok: false, error: toWire(err) };
+        // Answered, not kept: the retry this answer asks for must run.
+        keep = err.extra.retry !== true;
       }
-      if (cmd.idem) {
+      if (cmd.idem && keep) {
         const after: IdemRecord = { id, fingerprint: cmd.idem.fingerprint, result, expiresAt: now + this.ttlMs };
         writes.push({ table: this.idem as Table<unknown>, id, before, after });
       }

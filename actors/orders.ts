@@ -157,7 +157,7 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
         const order = existingMatching(current, cmd.ifMatch, 'order');
         if (order.status !== 'pending') throw invalidState(`Items can be added only while the order is pending; it is ${order.status}.`);
         // The gateway priced the item in the currency it read; a change since then voids that price.
-        if (order.currency !== cmd.currency) throw new ApiError('conflict', 'The order changed currency while the item was being priced; retry.');
+        if (order.currency !== cmd.currency) throw new ApiError('conflict', 'The order changed currency while the item was being priced; retry.', { retry: true });
         if (order.items.length >= MAX_ITEMS_PER_ORDER) {
           throw new ApiError('invalid-state', `An order holds at most ${MAX_ITEMS_PER_ORDER} items.`);
         }

@@ -57,7 +57,13 @@ export class ApiError extends Error {
   constructor(
     readonly slug: ProblemSlug,
     readonly detail: string,
-    readonly extra: { errors?: FieldError[]; headers?: Record<string, string>; members?: Record<string, unknown> } = {},
+    readonly extra: {
+      errors?: FieldError[];
+      headers?: Record<string, string>;
+      members?: Record<string, unknown>;
+      /** A race lost: the same request may succeed sent again, so it is never kept under an Idempotency-Key. */
+      retry?: true;
+    } = {},
   ) {
     super(detail);
     this.status = PROBLEMS[slug].status;

@@ -87,6 +87,30 @@ test('a retry that peeks while the first request is still being flushed hears "i
   }
 });
 
+test('an answer that asks for a retry (a race lost) is not kept: the retry under the same key runs', async (t) => {
+  const { host } = t.context;
+  const order = create('t1', undefined);
+  t.true((await host.handle(order)).ok);
+  const add = (currency: string): Command => ({
+    kind: 'order.addItem',
+    tenant: 't1',
+    partition: order.partition,
+    id: (order as { id: string }).id,
+    ifMatch: undefined,
+    item: { id: newId('item', order.partition), productId: newId('product'), quantity: 1, unitPrice: 100 },
+    currency,
+    idem: tag('priced'),
+  });
+  // Priced in the currency the gateway read, which changed before the item reached the order.
+  const lost = await host.handle(add('USD'));
+  t.like(lost, { ok: false, error: { code: 'conflict' } });
+  const retry = await host.handle(add('EUR'));
+  t.true(retry.ok, 'the retry ran');
+  t.falsy(retry.replayed);
+  t.is(retry.ok ? (retry.value as OrderRecord).items.length : 0, 1);
+  t.true((await host.handle(add('EUR'))).replayed, 'and its answer is kept');
+});
+
 test('a key is kept for the TTL: after it, the same key runs anew, and the sweep forgets it', async (t) => {
   const { host, clock } = t.context;
   const first = await host.handle(create('t1', tag('ttl')));
