@@ -37,9 +37,10 @@ function bump(order: OrderRecord, changes: Partial<OrderRecord>, now: number): O
 }
 
 function guardCurrency(order: OrderRecord, currency: string | undefined): void {
-  if (currency !== undefined && currency !== order.currency && order.status !== 'pending') {
-    throw invalidState(`The currency of a ${order.status} order cannot change.`);
-  }
+  if (currency === undefined || currency === order.currency) return;
+  if (order.status !== 'pending') throw invalidState(`The currency of a ${order.status} order cannot change.`);
+  // Item prices are minor units of the order's currency: another currency would reread them.
+  if (order.items.length > 0) throw invalidState('The currency of an order with items cannot change: their prices are in its currency.');
 }
 
 function mergeMetadata(base: Record<string, string>, patch: Record<string, string | null> | null): Record<string, string> {

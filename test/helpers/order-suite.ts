@@ -551,6 +551,24 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     }
   });
 
+  test('orders: the currency of an order with items cannot change (409); of one without, it can', async (t) => {
+    const c = await tenant(t, 'ordcur');
+    const p = await createProduct(t, c, { price: 500 });
+    const o = await orderWithTotal(t, c, p.id, 1);
+    for (const refused of [await c.patch(o.href, { currency: 'JPY' }), await c.put(o.href, { currency: 'JPY' })]) {
+      assertProblem(t, refused, 409, 'invalid-state');
+      t.regex(refused.json.detail, /items/);
+    }
+    const after = await c.get(o.href);
+    t.is(after.headers.etag, o.etag, 'nothing changed');
+    t.like(after.json, { currency: 'EUR', total: 500 });
+    t.is((await c.patch(o.href, { currency: 'EUR', note: 'same currency' })).status, 200, 'naming the same currency is no change');
+    const empty = await createOrder(t, c);
+    const moved = await c.patch(empty.href, { currency: 'JPY' });
+    t.is(moved.status, 200, moved.text);
+    t.is(moved.json.currency, 'JPY');
+  });
+
   // ---------------- state machine and links ----------------
 
   test('state: a pending order links cancel, and pay only when its total is above 0', async (t) => {
