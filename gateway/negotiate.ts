@@ -11,14 +11,19 @@ export type Coding = 'br' | 'gzip' | 'identity';
 
 const CODINGS: Coding[] = ['br', 'gzip', 'identity'];
 
-/** The first of `available` the client accepts; JSON routes take a fast path for the usual headers. */
+/**
+ * The first of `available` the client accepts; JSON routes take a fast path for the usual headers.
+ * Every answer is UTF-8, so each type is offered with `charset=utf-8`: a range naming that
+ * charset (in any case) matches, one naming another does not, one naming none matches as before.
+ */
 export function negotiateMediaType(accept: string | undefined, available: readonly string[] = MEDIA_TYPES): MediaType {
   if (accept === undefined || accept === '*/*' || (accept === available[0] && available === MEDIA_TYPES)) return available[0]!;
-  const picked = new Negotiator({ headers: { accept } }).mediaType([...available]);
+  const offers = available.map((type) => `${type};charset=utf-8`);
+  const picked = new Negotiator({ headers: { accept } }).mediaType(offers);
   if (!picked) {
     throw new ApiError('not-acceptable', `None of the listed media types can be served; use ${available.join(' or ')}.`);
   }
-  return picked;
+  return available[offers.indexOf(picked)]!;
 }
 
 export function negotiateCoding(acceptEncoding: string | undefined): Coding {

@@ -178,6 +178,23 @@ test('Accept: application/hal+json answers that media type, with its own ETag', 
   t.is(star.headers['content-type'], 'application/json');
 });
 
+test('Accept with charset=utf-8 (any case) is served; another charset is 406', async (t) => {
+  const { call, admin } = t.context;
+  const order = await createOrder(t, admin);
+  const path = `/v1/orders/${String(order.id)}`;
+  for (const [accept, type] of [
+    ['application/json; charset=utf-8', 'application/json'],
+    ['application/json;charset=UTF-8', 'application/json'],
+    ['application/hal+json; charset="utf-8"', 'application/hal+json'],
+    ['application/*; charset=utf-8;q=0.5', 'application/json'],
+  ] as const) {
+    const a = await call({ method: 'GET', path, headers: { ...bearer(admin), accept } });
+    t.is(a.status, 200, accept);
+    t.is(a.headers['content-type'], type, accept);
+  }
+  assertProblem(t, await call({ method: 'GET', path, headers: { ...bearer(admin), accept: 'application/json; charset=iso-8859-1' } }), 406, 'not-acceptable');
+});
+
 // ---- request bodies ----
 
 test('POST with a wrong or missing Content-Type is 415', async (t) => {
