@@ -153,6 +153,23 @@ test('v2 writes money as a money object in the order currency', async (t) => {
   t.deepEqual(j(yen).total, { amount: '200', currency: 'JPY' });
 });
 
+test('a paid order under /v2 links its refunds under /v2; the ETag of a v2 write revalidates the v2 GET', async (t) => {
+  const prd = await product(t, 500, 'EUR');
+  const created = await send(t, 'POST', '/v2/orders', { currency: 'EUR', items: [{ productId: prd, quantity: 1 }] });
+  t.is(created.status, 201, created.text);
+  const id = j(created).id as string;
+  t.is((await send(t, 'GET', `/v2/orders/${id}`, undefined, { 'if-none-match': created.headers.etag! })).status, 304, 'the create answer\'s tag');
+  const paid = await send(t, 'POST', `/v2/orders/${id}/pay`);
+  t.is(paid.status, 200, paid.text);
+  t.deepEqual(j(paid)._links.refund, { href: '/v2/refunds', method: 'POST' });
+  t.deepEqual(j(paid)._links.refunds, { href: `/v2/refunds?orderId=${id}` });
+  const got = await send(t, 'GET', `/v2/orders/${id}`);
+  t.deepEqual(j(got)._links, j(paid)._links);
+  t.is(got.headers.etag, paid.headers.etag, 'one representation, one tag');
+  t.is((await send(t, 'GET', `/v2/orders/${id}`, undefined, { 'if-none-match': paid.headers.etag! })).status, 304);
+  t.deepEqual(j(await send(t, 'GET', `/v1/orders/${id}`))._links.refund, { href: '/v1/refunds', method: 'POST' });
+});
+
 test('v2 has no top-level currency field to ask for; v1 keeps it', async (t) => {
   const created = await send(t, 'POST', '/v1/orders', { currency: 'EUR' });
   const id = j(created).id as string;

@@ -29,7 +29,7 @@ import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySche
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering } from '../representation.js';
 import { moneyFor, moneyInputSchema, moneySchema, parseMoney, type Money } from '../money.js';
-import { relink, type ApiVersion } from '../versions.js';
+import { relink, versionPath, type ApiVersion } from '../versions.js';
 
 const BASE = '/v1/orders';
 /** Where orders live in one version: links in a v2 rendering stay in v2. */
@@ -144,9 +144,10 @@ function orderLinks(o: OrderRecord, v: ApiVersion): Record<string, { href: strin
   const links: Record<string, { href: string; method?: string }> = { self: { href: self }, items: { href: `${self}/items` } };
   if (o.status === 'pending') links.cancel = { href: `${self}/cancel`, method: 'POST' };
   if (o.status === 'pending' && o.total > 0) links.pay = { href: `${self}/pay`, method: 'POST' };
-  // Refunds start at POST /v1/refunds naming the order (an asynchronous operation, CONTRACT §8).
-  if (o.status === 'paid') links.refund = { href: '/v1/refunds', method: 'POST' };
-  if (o.status === 'paid' || o.status === 'refunded') links.refunds = { href: `/v1/refunds?orderId=${o.id}` };
+  // Refunds start at POST /{version}/refunds naming the order (an asynchronous operation, CONTRACT §8).
+  const refunds = versionPath('/v1/refunds', v);
+  if (o.status === 'paid') links.refund = { href: refunds, method: 'POST' };
+  if (o.status === 'paid' || o.status === 'refunded') links.refunds = { href: `${refunds}?orderId=${o.id}` };
   return links;
 }
 
@@ -222,7 +223,8 @@ function orderOutcome(ctx: Ctx, o: OrderRecord, status = 200, location?: string)
     render: () => renderOrder(o, undefined, new Set(), undefined, ctx.version),
     cacheKey: o.id,
     record: o,
-    tag: { version: o.version, variant: variantOf(undefined, new Set()) },
+    // The variant a plain GET of the order names, so a write's ETag revalidates that GET (304).
+    tag: { version: o.version, variant: orderVariant(o, undefined, new Set(), undefined, ctx.version) },
     versioned: true,
   };
   if (location) out.location = location;
