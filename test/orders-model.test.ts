@@ -10,6 +10,7 @@
 //
 //   pending ──pay (total > 0)──▶ paid          delete: pending or cancelled, else 409
 //      └──────cancel──────────▶ cancelled     items, currency changes: only while pending
+//                                              currency changes: only with no items
 //                                              metadata: at most 50 keys after a merge
 //                                              items: at most 100
 //
@@ -588,8 +589,8 @@ class EditOrder extends WriteOrder {
       return unchanged(o, real, context);
     }
     const { currency } = edit.body;
-    if (currency !== undefined && currency !== o.currency && o.status !== 'pending') {
-      return void expectProblem(res, 409, 'invalid-state', `${context} (${o.status})`);
+    if (currency !== undefined && currency !== o.currency && (o.status !== 'pending' || o.items.length > 0)) {
+      return void expectProblem(res, 409, 'invalid-state', `${context} (${o.status}, ${o.items.length} items)`);
     }
     if (edit.method === 'PUT') {
       const b = edit.body;
