@@ -54,7 +54,14 @@ test('cluster: with NATS gone every answer is a prompt 503 with Retry-After; onc
 
     await service.nats!.kill();
     const started = Date.now();
-    const answers = await Promise.all([c.get(href), c.post('/v1/orders', { currency: 'EUR' }), c.patch(href, { note: 'while down' }), c.get('/v1/orders')]);
+    const answers = await Promise.all([
+      c.get(href),
+      c.post('/v1/orders', { currency: 'EUR' }),
+      c.patch(href, { note: 'while down' }),
+      c.get('/v1/orders'),
+      // A partial batch none of whose groups could run is that 503 as a whole, not a 207 of them.
+      c.post('/v1/orders/batch', { operations: [{ method: 'POST', body: { currency: 'EUR' } }, { method: 'PATCH', id: created.json.id, body: { note: 'batch' } }] }),
+    ]);
     const took = Date.now() - started;
     for (const r of answers) assertUnavailable(t, r);
     // BUS_TIMEOUT_MS defaults to 5 s; a disconnected bus refuses at once rather than waiting it out.

@@ -13,13 +13,12 @@
 import { ApiError, PROBLEMS, toWire, underPointer, type FieldError, type WireError } from '../../common/errors.js';
 import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { BatchOp, BatchOutcome, IdemTag, ProductRecord } from '../../proto/messages.js';
-import { parseIfMatch, versionTag } from '../representation.js';
+import { parseIfMatch } from '../representation.js';
 import { type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
 import { homePartition } from '../idempotency.js';
 import { validateBody } from '../validate.js';
-import { variantOf } from '../collection.js';
 import { READ_ONLY, problemResponses } from './common.js';
-import { createSchema, createSchemaV2, inputOf, patchSchema, priceWith, productIdsOf } from './orders.js';
+import { createSchema, createSchemaV2, inputOf, patchSchema, plainOrderTag, priceWith, productIdsOf } from './orders.js';
 import { fetchProducts } from './products.js';
 import type { OrderPatch } from '../../proto/messages.js';
 
@@ -246,13 +245,27 @@ export const orderBatchRoute: RouteDef = route({
     // The home group also keeps what the gateway refused, so a retry answers exactly as the first
     // attempt did even if, say, a product it named has appeared since.
     const refused: BatchOutcome[] = failures.map((f) => ({ index: f.index, ok: false, error: f.error }));
-    const settled = await Promise.allSettled(
-      [...groups].map(([partition, ops]) =>
-        ctx.bus.call({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) }),
-      ),
-    );
+    const send = ([partition, ops]: [number, BatchOp[]]): Promise<BatchOutcome[]> =>
+      ctx.bus.call({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) });
+    // The home group goes first and alone: it takes the key under the whole request's
+    // fingerprint, so a request reusing the key for something else (422), or sent while the first
+    // is still running (409), is refused before any other group writes a thing.
+    const entries = [...groups].sort(([a], [b]) => (a === keyHome ? -1 : b === keyHome ? 1 : 0));
+    const settled: PromiseSettledResult<BatchOutcome[]>[] = [];
+    if (keyHome !== undefined) {
+      settled.push(...(await Promise.allSettled([send(entries[0]!)])));
+      keyRefusal(settled);
+    }
+    settled.push(...(await Promise.allSettled(entries.slice(settled.length).map(send))));
+    // A group of the first attempt still running makes the whole request "in flight" too.
+    keyRefusal(settled);
+    // No group could run at all (every owner unavailable): the request's answer is that 503,
+    // with its Retry-After, rather than a 207 of failures.
+    if (settled.every((s) => s.status === 'rejected' && s.reason instanceof ApiError && s.reason.status === 503)) {
+      throw (settled[0] as PromiseRejectedResult).reason;
+    }
     const outcomes: BatchOutcome[] = [];
-    [...groups.values()].forEach((ops, i) => {
+    entries.forEach(([, ops], i) => {
       const s = settled[i]!;
       if (s.status === 'fulfilled') {
         outcomes.push(...s.value);
@@ -273,16 +286,22 @@ export const orderBatchRoute: RouteDef = route({
     if (atomic && actorFailures.length) throw atomicFailure(actorFailures);
 
     const methodOf = new Map(checked.map((c) => [c.index, c.method]));
-    const variant = variantOf(undefined, new Set());
     const results = [...byIndex.values()]
       .sort((a, b) => a.index - b.index)
       .map((o) => {
         if (!o.ok) return { index: o.index, status: PROBLEMS[o.error.code].status, problem: problemOf(o.error) };
         const r: Record<string, unknown> = { index: o.index, status: SUCCESS_STATUS[methodOf.get(o.index)!], id: o.id };
         // The tag a GET of the order answers (JSON, identity), ready for the next If-Match.
-        if (o.version !== null) r.etag = versionTag(o.version, variant, 'application/json', 'identity');
+        if (o.version !== null) r.etag = plainOrderTag(o.version, ctx.version);
         return r;
       });
     return { status: atomic ? 200 : 207, body: { results }, cache: 'no-store' };
   },
 });
+
+/** Throws the first answer about the Idempotency-Key itself (reused, or in flight): it is the request's. */
+function keyRefusal(settled: PromiseSettledResult<unknown>[]): void {
+  for (const s of settled) {
+    if (s.status === 'rejected' && s.reason instanceof ApiError && (s.reason.slug === 'idempotency-key-reused' || s.reason.slug === 'idempotency-key-in-flight')) throw s.reason;
+  }
+}

@@ -27,7 +27,7 @@ import {
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
 import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, UNICODE_TEXT, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
-import { cachedRendering } from '../representation.js';
+import { cachedRendering, versionTag } from '../representation.js';
 import { moneyFor, moneyInputSchema, moneySchema, parseMoney, type Money } from '../money.js';
 import { relink, versionPath, type ApiVersion } from '../versions.js';
 
@@ -209,6 +209,16 @@ async function expansionProducts(ctx: Ctx, orders: OrderRecord[], expand: Set<st
 function orderVariant(o: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined, v: ApiVersion): string {
   const embedded = products ? [...new Set(o.items.map((i) => i.productId))].sort().map((id) => `${id}@${products.get(id)?.version ?? 0}`).join(',') : '';
   return variantOf(fields, expand, v === 'v1' ? embedded : `${embedded};api=${v}`);
+}
+
+/**
+ * The ETag a GET of the order answers as JSON, identity, without fields or expand: what a write
+ * answers for the next If-Match. The version suffix comes twice, as on the GET's way: once in the
+ * variant, once from the pipeline (gateway/pipeline.ts render).
+ */
+export function plainOrderTag(version: number, v: ApiVersion): string {
+  const api = v === 'v1' ? '' : `;api=${v}`;
+  return versionTag(version, variantOf(undefined, new Set(), api) + api, 'application/json', 'identity');
 }
 
 // ---- request helpers ----

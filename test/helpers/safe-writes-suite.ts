@@ -403,4 +403,52 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     t.deepEqual(at2.json, at1.json);
     t.is(await countOrders(t, c), 4);
   });
+
+  test('batch: an Idempotency-Key reused for another batch is 422 in both modes and writes nothing; concurrent duplicates run once', async (t) => {
+    const c = await tenant(t, 'batchkey');
+    const a = await createOrder(t, c);
+    const b = await createOrder(t, c);
+    for (const atomic of [false, true]) {
+      const k = key();
+      const first = await c.post('/v1/orders/batch', { atomic, operations: [{ method: 'PATCH', id: a.id, body: { note: `a ${atomic}` } }] }, { 'idempotency-key': k });
+      t.is(first.status, atomic ? 200 : 207, first.text);
+      const before = await c.get(b.href);
+      const reused = await c.post('/v1/orders/batch', { atomic, operations: [{ method: 'PATCH', id: b.id, body: { note: 'must not happen' } }] }, { 'idempotency-key': k });
+      assertProblem(t, reused, 422, 'idempotency-key-reused');
+      const after = await c.get(b.href);
+      t.is(after.headers.etag, before.headers.etag, `atomic ${atomic}: the other order is untouched`);
+      t.is(after.json.note, before.json.note);
+    }
+    // Identical keyed batches at once: one runs; each other is its replay, or 409 in flight with
+    // Retry-After as a whole (never a 207 of per-item 409s).
+    const k = key();
+    const body = { operations: [{ method: 'POST', body: { currency: 'EUR', note: 'once' } }, { method: 'PATCH', id: a.id, body: { note: 'dup' } }] };
+    const answers = await Promise.all(Array.from({ length: 4 }, () => c.post('/v1/orders/batch', body, { 'idempotency-key': k })));
+    const ran = answers.filter((r) => r.status === 207 && !replayed(r));
+    t.is(ran.length, 1, answers.map((r) => `${r.status} ${r.text}`).join('\n'));
+    for (const r of answers) {
+      if (r.status === 409) {
+        assertProblem(t, r, 409, 'idempotency-key-in-flight');
+        t.truthy(r.headers['retry-after']);
+      } else {
+        t.is(r.status, 207);
+        t.deepEqual(r.json, ran[0]!.json);
+      }
+    }
+    const notes = ((await c.get('/v1/orders?limit=100')).json.data as { note: string | null }[]).filter((o) => o.note === 'once');
+    t.is(notes.length, 1, 'one create');
+  });
+
+  test('batch: under /v2 each result carries the ETag a GET of the order answers there', async (t) => {
+    const c = await tenant(t, 'batchv2');
+    const a = await createOrder(t, c);
+    const res = await c.post('/v2/orders/batch', { operations: [{ method: 'PATCH', id: a.id, body: { note: 'v2' } }] });
+    t.is(res.status, 207, res.text);
+    const tag = (res.json.results as { etag: string }[])[0]!.etag;
+    const got = await c.get(`/v2/orders/${a.id}`, { 'accept-encoding': 'identity' });
+    t.is(got.headers.etag, tag);
+    t.is((await c.get(`/v2/orders/${a.id}`, { 'if-none-match': tag, 'accept-encoding': 'identity' })).status, 304);
+    const v1 = await c.post('/v1/orders/batch', { operations: [{ method: 'PATCH', id: a.id, body: { note: 'v1' } }] });
+    t.is((await c.get(a.href, { 'accept-encoding': 'identity' })).headers.etag, (v1.json.results as { etag: string }[])[0]!.etag);
+  });
 }
