@@ -54,6 +54,7 @@ for (const [net, bits] of [
   ['::ffff:0:0:0', 96], // IPv4-translated (RFC 2765)
   ['::', 96], // IPv4-compatible (deprecated)
   ['64:ff9b::', 96], // NAT64
+  ['64:ff9b:1::', 48], // NAT64, local use (RFC 8215)
   ['100::', 64], // discard
   ['2001::', 32], // Teredo
   ['2001:db8::', 32], // documentation

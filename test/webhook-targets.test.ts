@@ -43,6 +43,7 @@ test('private, reserved and special addresses are refused; public ones pass', (t
     '3fff::1',
     '::ffff:0:7f00:1',
     '64:ff9b::7f00:1',
+    '64:ff9b:1::a9fe:a9fe',
   ]) {
     t.truthy(refusedAddress(a), a);
   }
