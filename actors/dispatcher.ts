@@ -136,6 +136,11 @@ export class Dispatcher {
   private readonly failing = new Map<string, number>();
   /** When each endpoint last answered 2xx, as this process saw it. */
   private readonly succeeded = new Map<string, number>();
+  /**
+   * Since when `succeeded` knows every success: this process's start, or the newest success it
+   * has forgotten to stay bounded. An endpoint missing from it may have succeeded before then.
+   */
+  private succeededKnownSince: number;
   private readonly signer: Signer;
   private readonly sender: WebhookSender;
   private readonly resolver: Resolver;
@@ -174,6 +179,7 @@ export class Dispatcher {
     this.deliveries = store.table(DELIVERIES);
     this.sender = new WebhookSender({ timeoutMs: opts.timeoutMs, ca: opts.ca });
     this.signer = opts.signer ?? new Signer();
+    this.succeededKnownSince = host.now();
     this.resolver = opts.resolver ?? systemResolver;
   }
 
@@ -844,13 +850,13 @@ export class Dispatcher {
   /**
    * Since when an endpoint has had no success: the first attempt of the oldest delivery that
    * failed since the last success this process saw. Kept in memory beside the workers (an
-   * endpoint may fail its every delivery and sit idle between events); after a restart the clock
-   * starts again at the first attempt of the first delivery that fails, which can only delay a
-   * disable, never cause one early.
+   * endpoint may fail its every delivery and sit idle between events); a success this process
+   * cannot know of (before it started, or forgotten) is assumed as late as it could have been,
+   * so a restart can only delay a disable, never cause one early.
    */
   private failingSince(endpoint: EndpointRecord, firstAttempt: number): number {
     // Never before the endpoint was (re-)enabled, nor before its last success.
-    const floor = Math.max(endpoint.enabledAt ?? endpoint.createdAt, this.succeeded.get(endpoint.id) ?? 0);
+    const floor = Math.max(endpoint.enabledAt ?? endpoint.createdAt, this.succeeded.get(endpoint.id) ?? this.succeededKnownSince);
     let since = this.failing.get(endpoint.id);
     if (since === undefined || since < floor) this.remember(this.failing, endpoint.id, (since = Math.max(firstAttempt, floor)));
     return since;
@@ -859,7 +865,12 @@ export class Dispatcher {
   /** Sets a per-endpoint time in a map bounded by MAX_FAILING (the oldest entry goes first). */
   private remember(map: Map<string, number>, endpointId: string, at: number): void {
     map.delete(endpointId);
-    if (map.size >= MAX_FAILING) map.delete(map.keys().next().value!);
+    if (map.size >= MAX_FAILING) {
+      const [oldest, time] = map.entries().next().value!;
+      map.delete(oldest);
+      // Entries go in time order, so every success forgotten so far was at or before this one.
+      if (map === this.succeeded) this.succeededKnownSince = Math.max(this.succeededKnownSince, time);
+    }
     map.set(endpointId, at);
   }
 

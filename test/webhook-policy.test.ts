@@ -89,6 +89,37 @@ test('a re-enabled endpoint starts a new clock: one failure after it does not di
   t.is(now.status, 'enabled', `disabled again: ${String(now.disabledReason)}`);
 });
 
+test('after a restart, a success the new process never saw still holds off the disable: the clock starts no earlier than the process', async (t) => {
+  const { r } = t.context;
+  // Event "bad" fails every time; every other event is delivered.
+  r.answer = (g) => ({ status: g.json.data.note === 'bad' ? 503 : 200 });
+  const opts = { dataDir: t.context.dir, partitions: ALL, mailboxLimit: 100, log: silentLog() };
+  const webhooks = { retrySchedule: [2, 2], timeoutMs: 300, disableAfterMs: 1500, allowPrivateTargets: true };
+  await t.context.host.close();
+  let host = (t.context.host = new ActorHost({ ...opts, webhooks }));
+  const e = await setup(t, 'policy-restart');
+  const get = async (): Promise<EndpointRecord> => ok<EndpointRecord>(host.handle({ kind: 'webhook.get', tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id }));
+  const note = async (text: string): Promise<void> => {
+    const id = newId('order');
+    await ok(host.handle({ kind: 'order.create', tenant: e.tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: text, metadata: {} }, items: [] }));
+  };
+  const started = Date.now();
+  await note('bad'); // first attempt at about 0 s, retried 1.6-2.4 s later
+  await until('the first attempt', () => r.got.length === 1);
+  await new Promise((done) => setTimeout(done, 900));
+  await note('good'); // a success at about 0.9 s
+  await until('the success', () => r.got.length === 2);
+  await until('its outcome stored', async () => (await deliveries(host, e.tenant, e.id)).some((d) => d.status === 'delivered'));
+  await host.close();
+  host = t.context.host = new ActorHost({ ...opts, webhooks });
+  await until('the retry of the failing event', async () => (await deliveries(host, e.tenant, e.id)).some((d) => d.attempts.length === 2), 10_000);
+  const retried = (await deliveries(host, e.tenant, e.id)).find((d) => d.attempts.length === 2)!;
+  // 1.6 s or more after that delivery's first attempt, under 1.5 s after the success.
+  t.true(retried.attempts[1]!.at - started >= 1600, `retried at ${retried.attempts[1]!.at - started} ms`);
+  t.is(retried.attempts[1]!.outcome, 'retry');
+  t.is((await get()).status, 'enabled');
+});
+
 test('the disable clock spans deliveries: an endpoint refusing every event (4xx, not retried) is disabled once the window passes', async (t) => {
   const { host, r } = t.context;
   r.answer = () => ({ status: 400 });
