@@ -55,6 +55,11 @@ export interface DispatchOptions {
   perEndpoint?: number;
   /** Signs deliveries (tests put one in that fails). */
   signer?: Signer;
+  /**
+   * How long events are kept (EVENT_RETENTION_DAYS; the host fills it in): no attempt is planned
+   * after its event is swept, whatever the jitter or a Retry-After would make the wait.
+   */
+  eventRetentionMs?: number;
 }
 
 interface HostLink {
@@ -120,6 +125,8 @@ const BODY_CACHE_CHARS = 4 * 1024 * 1024;
 const REMOTE_ENDPOINTS_KEPT = 50_000;
 /** How long one DNS answer (checked) serves deliveries to its host. */
 const RESOLVE_CACHE_MS = 1000;
+/** EVENT_RETENTION_DAYS' default, when the host names none. */
+const DEFAULT_RETENTION_MS = 30 * 86_400_000;
 /** Endpoints whose failing clock is kept; past it the oldest clock is forgotten (restarts later). */
 const MAX_FAILING = 100_000;
 
@@ -652,10 +659,10 @@ export class Dispatcher {
       const after: DeliveryRecord = { ...d, version: 1, nextAttemptAt: now + RETRY_AFTER_FAILURE_MS };
       this.queueDelivery(d, { table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after }, () => undefined);
     };
-    const outcome = (s: State, d: DeliveryRecord, res: SendResult): void => {
+    const outcome = (s: State, d: DeliveryRecord, res: SendResult, eventAt: number): void => {
       let decided: Decision;
       try {
-        decided = this.decide(d, res, s.job.endpoint);
+        decided = this.decide(d, res, s.job.endpoint, eventAt);
       } catch (err) {
         unsent(d);
         finish(s, err);
@@ -674,7 +681,7 @@ export class Dispatcher {
     };
     let targets: Target[];
     const tasks: SignTask[] = [];
-    const sends: { s: State; d: DeliveryRecord; url: URL; addresses: Address[]; body: string }[] = [];
+    const sends: { s: State; d: DeliveryRecord; eventAt: number; url: URL; addresses: Address[]; body: string }[] = [];
     const unrenderable: { s: State; d: DeliveryRecord; err: unknown }[] = [];
     try {
       // Each distinct host resolved and checked once for the whole batch; no await when every
@@ -695,7 +702,7 @@ export class Dispatcher {
             continue;
           }
           tasks.push({ id: event.id, t, body, secrets });
-          sends.push({ s, d, url: target.url, addresses: target.addresses, body });
+          sends.push({ s, d, eventAt: event.created, url: target.url, addresses: target.addresses, body });
         }
       }
     } catch (err) {
@@ -710,7 +717,7 @@ export class Dispatcher {
       const target = targets[j]!;
       if (typeof target !== 'string') continue;
       const s = state[j]!;
-      for (const { d } of s.job.items) outcome(s, d, { status: null, error: target, retryAfterMs: undefined, durationMs: 0 });
+      for (const { d, event } of s.job.items) outcome(s, d, { status: null, error: target, retryAfterMs: undefined, durationMs: 0 }, event.created);
     }
     // A stored event never changes, so one that does not render never will: its delivery fails
     // at once, without a retry, instead of holding its endpoint's queue.
@@ -738,7 +745,7 @@ export class Dispatcher {
           for (let i = part.from; i < to; i++) {
             const x = sends[i]!;
             try {
-              this.sender.post(x.url, x.addresses, signatureHeaders(tasks[i]!.id, t, sigs[i - part.from]!), x.body, (res) => outcome(x.s, x.d, res));
+              this.sender.post(x.url, x.addresses, signatureHeaders(tasks[i]!.id, t, sigs[i - part.from]!), x.body, (res) => outcome(x.s, x.d, res, x.eventAt));
             } catch (err) {
               unsent(x.d);
               finish(x.s, err);
@@ -822,7 +829,7 @@ export class Dispatcher {
   }
 
   /** Applies the delivery policy to one answer: the delivery's next record, and a disable. */
-  private decide(d: DeliveryRecord, res: SendResult, endpoint: EndpointRecord): Decision {
+  private decide(d: DeliveryRecord, res: SendResult, endpoint: EndpointRecord, eventAt: number): Decision {
     const now = this.host.now();
     const n = d.attempts.length + 1;
     const base = { attempt: n, at: now, responseStatus: res.status, error: res.error, durationMs: res.durationMs };
@@ -844,7 +851,12 @@ export class Dispatcher {
     // Retry-After is honoured, up to the longest wait the schedule allows.
     const longest = Math.max(...this.opts.retrySchedule) * 1000;
     const delay = Math.max(jittered, Math.min(res.retryAfterMs ?? 0, longest));
-    return this.settled(d, { ...base, outcome: 'retry' }, now + Math.round(delay));
+    // The event is swept once its retention ends; the last attempt comes before that, sooner
+    // than the wait would have it if need be (the sweep's margin: a hundredth, at most a minute).
+    const retention = this.opts.eventRetentionMs ?? DEFAULT_RETENTION_MS;
+    const lastChance = eventAt + retention - Math.min(60_000, retention / 100);
+    if (lastChance <= now) return this.settled(d, { ...base, outcome: 'failed', error: base.error ?? 'the event is not kept long enough for another attempt' }, undefined);
+    return this.settled(d, { ...base, outcome: 'retry' }, Math.min(now + Math.round(delay), Math.floor(lastChance)));
   }
 
   /**

@@ -208,7 +208,7 @@ export class ActorHost implements ActorEndpoint {
       this.resumeOperations();
     }, SWEEP_EVERY_MS).unref();
     this.dispatcher = opts.webhooks
-      ? new Dispatcher(this.store, opts.webhooks, {
+      ? new Dispatcher(this.store, { eventRetentionMs: opts.eventRetentionMs, ...opts.webhooks }, {
           owns: (p) => this.owns(p),
           ownedEndpoints: (tenant) => this.ownedEndpoints.of(tenant),
           send: (cmd) => this.handle(cmd),

@@ -188,6 +188,34 @@ test('events and settled deliveries are swept after the retention; pending ones 
   }
 });
 
+test.serial("a retry never waits past its event's retention: the largest jitter is cut short, so the last attempt still finds the event", async (t) => {
+  const random = Math.random;
+  Math.random = () => 0.999; // every wait 20 % longer than its step
+  t.teardown(() => {
+    Math.random = random;
+  });
+  const dir = await tempDir('webhook-retention-edge');
+  // Steps adding up to the retention, as the configuration allows: with +20 % the fourth attempt
+  // would come 3.6 s after the event, past its sweep at 3 s.
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog(), eventRetentionMs: 3000, webhooks: { retrySchedule: [1, 1, 1], timeoutMs: 300, disableAfterMs: 3_600_000, allowPrivateTargets: true } });
+  const sweeping = setInterval(() => void host.sweepEvents(), 100);
+  const r = t.context.r;
+  r.answer = (_g, n) => ({ status: n <= 3 ? 503 : 200 });
+  try {
+    const tenant = 'policy-retention-edge';
+    const partition = partitionFor(tenant);
+    const e = await ok<EndpointRecord>(host.handle({ kind: 'webhook.create', tenant, partition, id: newId('webhookEndpoint', partition), input: { endpointUrl: r.url, eventTypes: ['*'], apiVersion: 'v1', description: null }, secret: newSigningSecret() }));
+    await order(host, tenant);
+    await until('four attempts, the last answered 200', () => r.got.length === 4, 10_000);
+    t.is(new Set(r.got.map((g) => g.json.id as string)).size, 1);
+    await until('the outcome stored', async () => (await deliveries(host, tenant, e.id)).some((d) => d.status === 'delivered'), 5_000);
+  } finally {
+    clearInterval(sweeping);
+    await host.close();
+    await removeDir(dir);
+  }
+});
+
 test('after a rotation the old secret signs until its overlap ends, then only the new one does', async (t) => {
   const { host, r } = t.context;
   const e = await setup(t, 'policy-rotate');
