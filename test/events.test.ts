@@ -84,6 +84,31 @@ test('events are paged with a keyset cursor', async (t) => {
   t.deepEqual(seen, ['n4', 'n3', 'n2', 'n1', 'n0']);
 });
 
+test('the event, endpoint and delivery lists take sort and fields like every other list', async (t) => {
+  const c = await caller(t, 'events-sort');
+  for (let i = 0; i < 3; i++) t.is((await c.post('/v1/orders', { currency: 'EUR', note: `s${i}` })).status, 201);
+  const oldest = await c.get('/v1/events?sort=created&fields=type,data&limit=2');
+  t.is(oldest.status, 200, oldest.text);
+  t.deepEqual((oldest.json.data as { data: { note: string } }[]).map((e) => e.data.note), ['s0', 's1']);
+  t.deepEqual(Object.keys(oldest.json.data[0]).sort(), ['_links', 'data', 'id', 'type']);
+  const next = await c.get(oldest.json._links.next.href as string);
+  t.deepEqual((next.json.data as { data: { note: string } }[]).map((e) => e.data.note), ['s2']);
+  t.is((await c.get('/v1/events?sort=type')).status, 400);
+  t.is((await c.get('/v1/events?fields=secret')).status, 400);
+  const made = [];
+  for (const n of [1, 2]) {
+    const e = await c.post('/v1/webhook-endpoints', { endpointUrl: `http://127.0.0.1:9/in${n}`, eventTypes: ['order.created'] });
+    t.is(e.status, 201, e.text);
+    made.push(e.json.id as string);
+  }
+  const endpoints = await c.get('/v1/webhook-endpoints?sort=createdAt&fields=endpointUrl');
+  t.is(endpoints.status, 200, endpoints.text);
+  t.deepEqual((endpoints.json.data as { id: string }[]).map((e) => e.id), made);
+  t.deepEqual(Object.keys(endpoints.json.data[0]).sort(), ['_links', 'endpointUrl', 'id']);
+  const deliveries = await c.get(`/v1/webhook-endpoints/${made[0]!}/deliveries?sort=createdAt&fields=status`);
+  t.is(deliveries.status, 200, deliveries.text);
+});
+
 test('users, memberships and articles emit their events; a refused write emits none', async (t) => {
   const c = await caller(t, 'events-users');
   const u = await c.post('/v1/users', { email: 'a@example.com' });

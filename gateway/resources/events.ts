@@ -5,7 +5,7 @@
 
 import { partitionOf } from '../../common/ids.js';
 import { EVENT_TYPES, type EventRecord } from '../../proto/webhooks.js';
-import { invalidParameter, LIST_PARAMS, variantOf } from '../collection.js';
+import { fieldsParam, invalidParameter, LIST_PARAMS, sortParam, variantOf } from '../collection.js';
 import { type JsonSchema, type RouteDef, principalOf, route } from '../route.js';
 import { collectionSchema, idParam, linksSchema, plainListPage, problemResponses } from './common.js';
 import { renderEvent } from './event-data.js';
@@ -13,6 +13,7 @@ import { apiVariant, versionPath, type ApiVersion } from '../versions.js';
 
 const BASE = '/v1/events';
 const EVENT_FIELDS = ['id', 'type', 'created', 'apiVersion', 'data'] as const;
+const EVENT_SORTS = ['created'] as const;
 
 const eventSchema: JsonSchema = {
   type: 'object',
@@ -56,6 +57,8 @@ export const eventRoutes: RouteDef[] = [
     scope: 'events:read',
     query: {
       type: { description: 'Only events of this type.', schema: { type: 'string', enum: Object.keys(EVENT_TYPES) } },
+      sort: sortParam(EVENT_SORTS, '-created'),
+      fields: fieldsParam(EVENT_FIELDS),
       ...LIST_PARAMS,
     },
     responses: { 200: 'A page of events.', ...problemResponses(400) },
@@ -68,7 +71,7 @@ export const eventRoutes: RouteDef[] = [
         kind: 'event.list',
         base: BASE,
         filter: type,
-        sorts: ['created'],
+        sorts: EVENT_SORTS,
         defaultSort: '-created',
         fields: EVENT_FIELDS,
         stringSorts: [],

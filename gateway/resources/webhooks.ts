@@ -12,7 +12,7 @@ import { newSigningSecret } from '../../common/webhook-signature.js';
 import type { DeliveryRecord, EndpointInput, EndpointPatch, EndpointRecord } from '../../proto/webhooks.js';
 import { EVENT_TYPES } from '../../proto/webhooks.js';
 import { parseTarget, resolveTarget, systemResolver, TargetRefused, type Resolver } from '../../actors/webhook-target.js';
-import { LIST_PARAMS, variantOf } from '../collection.js';
+import { fieldsParam, LIST_PARAMS, sortParam, variantOf } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
 import { collectionSchema, idParam, iso, linksSchema, plainListPage, problemResponses } from './common.js';
 
@@ -22,6 +22,8 @@ const NO_STORE = 'no-store';
 export const OLD_SECRET_MS = 24 * 3600_000;
 const ENDPOINT_FIELDS = ['id', 'endpointUrl', 'eventTypes', 'apiVersion', 'status', 'description', 'disabledReason', 'createdAt', 'updatedAt'] as const;
 const DELIVERY_FIELDS = ['id', 'eventId', 'eventType', 'status', 'attempts', 'nextAttemptAt', 'createdAt', 'updatedAt'] as const;
+/** Endpoints and deliveries list by creation, newest first unless `sort=createdAt`. */
+const BY_CREATION = ['createdAt'] as const;
 
 const eventTypes: JsonSchema = {
   type: 'array',
@@ -169,11 +171,11 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
       summary: 'List webhook endpoints.',
       tag: 'webhooks',
       scope: 'webhooks:read',
-      query: { ...LIST_PARAMS },
+      query: { sort: sortParam(BY_CREATION, '-createdAt'), fields: fieldsParam(ENDPOINT_FIELDS), ...LIST_PARAMS },
       responses: { 200: 'A page of endpoints (secrets are never listed).', ...problemResponses(400) },
       response: collectionSchema(endpointSchema),
       async handle(ctx) {
-        const page = await plainListPage(ctx, { kind: 'webhook.list', base: BASE, sorts: ['createdAt'], fields: ENDPOINT_FIELDS, stringSorts: [], render: renderEndpoint });
+        const page = await plainListPage(ctx, { kind: 'webhook.list', base: BASE, sorts: BY_CREATION, fields: ENDPOINT_FIELDS, stringSorts: [], render: renderEndpoint });
         return { ...page, cache: NO_STORE };
       },
     }),
@@ -283,13 +285,13 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
       summary: 'Delivery attempts to this endpoint, newest delivery first: event, attempt number, outcome, response status, duration, next attempt time.',
       tag: 'webhooks',
       scope: 'webhooks:read',
-      query: { ...LIST_PARAMS },
+      query: { sort: sortParam(BY_CREATION, '-createdAt'), fields: fieldsParam(DELIVERY_FIELDS), ...LIST_PARAMS },
       responses: { 200: 'A page of deliveries, each with its attempts.', ...problemResponses(400, 404) },
       response: collectionSchema(deliverySchema),
       async handle(ctx) {
         const t = endpointTarget(ctx);
         await ctx.bus.call({ kind: 'webhook.get', ...t }); // 404 for an endpoint that is not there
-        const page = await plainListPage(ctx, { kind: 'delivery.list', base: `${BASE}/${t.id}/deliveries`, filter: t.id, sorts: ['createdAt'], fields: DELIVERY_FIELDS, stringSorts: [], render: renderDelivery });
+        const page = await plainListPage(ctx, { kind: 'delivery.list', base: `${BASE}/${t.id}/deliveries`, filter: t.id, sorts: BY_CREATION, fields: DELIVERY_FIELDS, stringSorts: [], render: renderDelivery });
         return { ...page, cache: NO_STORE };
       },
     }),
