@@ -18,6 +18,8 @@ import {
   nodeSubject,
   packr,
   settleWithin,
+  type LateResults,
+  type LateTo,
   type WireReply,
 } from './nats-wire.js';
 import type { Command, Result } from '../proto/messages.js';
@@ -53,6 +55,11 @@ const NOT_OWNED: Result<never> = { ok: false, error: { code: 'unavailable', deta
 
 /** How long close() waits on NATS before giving up on a graceful drain (it may be down). */
 const CLOSE_GRACE_MS = 5000;
+/**
+ * How long a reply waits for a message's writes before it leaves with what is done; the rest
+ * follow as they finish. Most writes take one commit, well under it, and go in the one reply.
+ */
+export const SPLIT_AFTER_MS = 25;
 
 export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, opts: ActorServerOptions): Promise<ActorServer> {
   const { nodeId } = opts;
@@ -101,8 +108,11 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
       return { results: [await guarded(() => endpoint.query(req.query))] };
     }
     stats.commands += req.commands.length;
-    const results: Result<unknown>[] = new Array<Result<unknown>>(req.commands.length);
+    const results: (Result<unknown> | null)[] = new Array<Result<unknown> | null>(req.commands.length).fill(null);
     const writes: Promise<void>[] = [];
+    const running = new Set<number>();
+    // Where the results of writes still running at the reply go, once the reply has left.
+    const after: { late?: (i: number, r: Result<unknown>) => void } = {};
     req.commands.forEach((cmd, i) => {
       if (!owned.has(cmd.partition)) {
         results[i] = NOT_OWNED;
@@ -110,11 +120,54 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
       }
       // Reads are answered at once from committed state; only writes wait for a turn.
       const read = guardedRead(cmd);
-      if (read) results[i] = read;
-      else writes.push(guarded(() => endpoint.handle(cmd)).then((r) => void (results[i] = r)));
+      if (read) {
+        results[i] = read;
+        return;
+      }
+      running.add(i);
+      writes.push(
+        guarded(() => endpoint.handle(cmd)).then((r) => {
+          running.delete(i);
+          if (after.late) after.late(i, r);
+          else results[i] = r;
+        }),
+      );
     });
-    if (writes.length > 0) await Promise.all(writes);
-    return { results };
+    if (writes.length === 0) return { results };
+    const all = Promise.all(writes);
+    if (!req.late) {
+      await all;
+      return { results };
+    }
+    // Commands of one message wait for none of the others: past SPLIT_AFTER_MS the reply takes
+    // what is done, and each write still running (one behind a busy key, say) follows alone.
+    let timer: NodeJS.Timeout | undefined;
+    const done = await Promise.race([all.then(() => true), new Promise<false>((resolve) => (timer = setTimeout(resolve, SPLIT_AFTER_MS, false)))]);
+    clearTimeout(timer);
+    if (done || running.size === 0) return { results };
+    after.late = lateSender(req.late);
+    return { results, pending: [...running] };
+  }
+
+  /** Publishes results of a message's late commands, those finishing in one turn together. */
+  function lateSender(to: LateTo): (i: number, r: Result<unknown>) => void {
+    let batch: [number, Result<unknown>][] = [];
+    return (i, r) => {
+      if (batch.length === 0) {
+        setImmediate(() => {
+          const results = batch;
+          batch = [];
+          try {
+            nc.publish(to.to, packr.pack({ xid: to.xid, results } satisfies LateResults));
+          } catch (err) {
+            // The gateway's deadline answers for them.
+            stats.errors++;
+            log(`could not send late results to ${to.to}: ${err instanceof Error ? err.message : String(err)}`);
+          }
+        });
+      }
+      batch.push([i, r]);
+    };
   }
 
   async function serve(msg: Msg): Promise<void> {

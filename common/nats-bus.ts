@@ -5,7 +5,7 @@
 // an `unavailable` Result, never a throw, and every request has a deadline (ARCHITECTURE 7).
 // Only this file and nats-actor-server.ts import `nats` (STYLE 7).
 
-import { connect, ErrorCode, Events, NatsError, type NatsConnection, type Subscription } from 'nats';
+import { connect, createInbox, ErrorCode, Events, NatsError, type Msg, type NatsConnection, type Subscription } from 'nats';
 import type { Bus } from './bus.js';
 import { PARTITIONS } from './ids.js';
 import { toRanges } from './partitions.js';
@@ -16,6 +16,7 @@ import {
   MISSED_HEARTBEATS,
   RECONNECT_WAIT_MS,
   decodeAnnouncement,
+  decodeLate,
   decodeReply,
   packr,
   settleWithin,
@@ -77,6 +78,14 @@ interface Pending {
   deadline: number;
 }
 
+/** A message of commands on the wire: each resolved once, from its reply or a late result. */
+interface Outstanding {
+  batch: Pending[];
+  settled: boolean[];
+  left: number;
+  timer: NodeJS.Timeout | undefined;
+}
+
 export class NatsBus implements Bus {
   private readonly queues = new Map<string, Pending[]>();
   private readonly exchanges = new Set<Promise<unknown>>();
@@ -87,6 +96,10 @@ export class NatsBus implements Bus {
   private readonly maxBatch: number;
   private readonly maxInFlight: number;
   private readonly log: (msg: string) => void;
+  /** Where nodes send the results of commands still running when they reply (nats-wire LateTo). */
+  private readonly lateSubject = createInbox();
+  private readonly outstanding = new Map<number, Outstanding>();
+  private nextXid = 0;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -96,6 +109,7 @@ export class NatsBus implements Bus {
     this.maxBatch = opts.maxBatch ?? 256;
     this.maxInFlight = opts.maxInFlight ?? 10_000;
     this.log = opts.log ?? (() => {});
+    this.nc.subscribe(this.lateSubject, { callback: (err, msg) => (err ? this.log(`late results: ${err.message}`) : this.onLate(msg)) });
     void this.watchConnection();
   }
 
@@ -145,6 +159,8 @@ export class NatsBus implements Bus {
     // Let what is on the wire be answered (each exchange is bounded by its deadline) before the
     // drain closes the reply subscription under it.
     await Promise.all(this.exchanges);
+    // Commands whose results would come late are answered now: nothing will listen for them.
+    for (const [xid, x] of this.outstanding) this.settleRest(xid, x, CLOSING);
     await this.directory.close();
     await settleWithin(this.nc.drain(), this.opts.timeoutMs);
     if (!this.nc.isClosed()) await this.nc.close();
@@ -166,23 +182,50 @@ export class NatsBus implements Bus {
   }
 
   private dispatch(subject: string, batch: Pending[]): void {
-    const settle = (results: Result<unknown>[]): void => {
-      batch.forEach((p, i) => {
-        this.inFlight--;
-        p.resolve(results[i] ?? UNENCODABLE);
-      });
-    };
+    const xid = this.nextXid++;
+    const x: Outstanding = { batch, settled: batch.map(() => false), left: batch.length, timer: undefined };
     const now = Date.now();
-    const payload = encode({ v: 1, commands: batch.map((p) => ({ ...p.cmd, budgetMs: Math.max(1, p.deadline - now) })) });
-    if (!payload) return settle(batch.map(() => UNENCODABLE));
+    const payload = encode({ v: 1, commands: batch.map((p) => ({ ...p.cmd, budgetMs: Math.max(1, p.deadline - now) })), late: { to: this.lateSubject, xid } });
+    if (!payload) return this.settleRest(xid, x, UNENCODABLE);
     if (payload.length > this.maxPayload()) {
-      if (batch.length === 1) return settle([TOO_LARGE]);
+      if (batch.length === 1) return this.settleRest(xid, x, TOO_LARGE);
       const half = batch.length >> 1;
       this.dispatch(subject, batch.slice(0, half));
       this.dispatch(subject, batch.slice(half));
       return;
     }
-    void this.exchange(subject, payload, batch.length, batch[0]!.deadline).then(settle);
+    // Known before the request leaves: a late result may arrive before its reply is read.
+    this.outstanding.set(xid, x);
+    void this.exchange(subject, payload, batch.length, batch[0]!.deadline).then(({ results }) => {
+      results.forEach((r, i) => r && this.settleOne(xid, x, i, r));
+      if (x.left === 0) return;
+      // The rest come late; each is answered by its own deadline at the latest.
+      const last = Math.max(...batch.filter((_, i) => !x.settled[i]).map((p) => p.deadline));
+      x.timer = setTimeout(() => this.settleRest(xid, x, TIMED_OUT), Math.max(0, last - Date.now()));
+    });
+  }
+
+  private settleOne(xid: number, x: Outstanding, i: number, r: Result<unknown>): void {
+    if (x.settled[i]) return;
+    x.settled[i] = true;
+    x.left--;
+    this.inFlight--;
+    x.batch[i]!.resolve(r);
+    if (x.left === 0) {
+      clearTimeout(x.timer);
+      this.outstanding.delete(xid);
+    }
+  }
+
+  private settleRest(xid: number, x: Outstanding, r: Result<unknown>): void {
+    x.batch.forEach((_, i) => this.settleOne(xid, x, i, r));
+  }
+
+  private onLate(msg: Msg): void {
+    const late = decodeLate(msg.data);
+    const x = late && this.outstanding.get(late.xid);
+    if (!x) return; // answered already (its deadline passed), or not ours
+    for (const [i, r] of late.results) if (i >= 0 && i < x.batch.length) this.settleOne(late.xid, x, i, r);
   }
 
   private async query(subject: string, q: Query): Promise<Result<unknown>> {
@@ -192,15 +235,18 @@ export class NatsBus implements Bus {
     if (!payload) return UNENCODABLE;
     if (payload.length > this.maxPayload()) return TOO_LARGE;
     this.inFlight++;
-    const [result] = await this.exchange(subject, payload, 1, Date.now() + this.opts.timeoutMs);
+    const { results } = await this.exchange(subject, payload, 1, Date.now() + this.opts.timeoutMs);
     this.inFlight--;
-    return result ?? UNENCODABLE;
+    return results[0] ?? UNENCODABLE;
   }
 
-  /** One NATS request/reply. Never rejects: every failure becomes `count` error Results. */
-  private exchange(subject: string, payload: Uint8Array, count: number, deadline: number): Promise<Result<unknown>[]> {
-    const failed = (err: unknown): Result<unknown>[] => Array<Result<unknown>>(count).fill(this.failure(err));
-    let work: Promise<Result<unknown>[]>;
+  /**
+   * One NATS request/reply. Never rejects: every failure becomes `count` error Results. A command
+   * the node is still running has no result here (see dispatch).
+   */
+  private exchange(subject: string, payload: Uint8Array, count: number, deadline: number): Promise<{ results: (Result<unknown> | undefined)[] }> {
+    const failed = (err: unknown): { results: Result<unknown>[] } => ({ results: Array<Result<unknown>>(count).fill(this.failure(err)) });
+    let work: Promise<{ results: (Result<unknown> | undefined)[] }>;
     try {
       work = this.nc
         .request(subject, payload, { timeout: Math.max(1, deadline - Date.now()) })

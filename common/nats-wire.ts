@@ -28,10 +28,30 @@ export const packr = new Packr({ useRecords: false });
  * node) or exactly one query. `v` lets a later version add fields (a lease epoch for fencing)
  * that old nodes can refuse instead of misreading.
  */
-export type WireRequest = { v: 1; commands: Command[] } | { v: 1; query: Query };
+export type WireRequest = { v: 1; commands: Command[]; late?: LateTo } | { v: 1; query: Query };
 
-/** Reply: one Result per command, in request order (one for a query), or one error for the whole message. */
-export type WireReply = { results: Result<unknown>[] } | { error: WireError };
+/**
+ * Where a node may send the results of commands still running when it answers: the gateway's
+ * subject for them, and this message's number there. Without it a node answers once, when every
+ * command is done (how nodes of the earlier release always answer).
+ */
+export interface LateTo {
+  to: string;
+  xid: number;
+}
+
+/**
+ * Reply: one Result per command, in request order (one for a query), or one error for the whole
+ * message. `pending` lists the commands still running (their entries are null): their results
+ * follow on the request's `late` subject, as LateResults.
+ */
+export type WireReply = { results: (Result<unknown> | null)[]; pending?: number[] } | { error: WireError };
+
+/** Results of a message's pending commands, by index, as they finish. */
+export interface LateResults {
+  xid: number;
+  results: [number, Result<unknown>][];
+}
 
 /** An actor node's ownership claim. JSON, not msgpack, so `nats sub actors.announce` is readable. */
 export interface Announcement {
@@ -53,19 +73,41 @@ const isResult = (x: unknown): x is Result<unknown> =>
 
 const UNREADABLE: Result<never> = { ok: false, error: { code: 'internal', detail: 'The reply could not be read.' } };
 
-/** Never throws: whatever does not fit the envelope becomes an `internal` error, per command where it can. */
-export function decodeReply(data: Uint8Array, count: number): Result<unknown>[] {
+/**
+ * Never throws: whatever does not fit the envelope becomes an `internal` error, per command where
+ * it can. A pending command's entry is undefined, and its index is in `pending`.
+ */
+export function decodeReply(data: Uint8Array, count: number): { results: (Result<unknown> | undefined)[]; pending: number[] } {
   let reply: unknown;
   try {
     reply = packr.unpack(data);
   } catch {
-    return Array<Result<unknown>>(count).fill(UNREADABLE);
+    return { results: Array<Result<unknown>>(count).fill(UNREADABLE), pending: [] };
   }
   if (isObject(reply) && Array.isArray(reply.results) && reply.results.length === count) {
-    return (reply.results as unknown[]).map((r) => (isResult(r) ? r : UNREADABLE));
+    const pending = Array.isArray(reply.pending) ? (reply.pending as unknown[]).filter((i): i is number => Number.isInteger(i) && (i as number) >= 0 && (i as number) < count) : [];
+    const waiting = new Set(pending);
+    return { results: (reply.results as unknown[]).map((r, i) => (waiting.has(i) ? undefined : isResult(r) ? r : UNREADABLE)), pending };
   }
   const whole: Result<unknown> = isObject(reply) && isWireError(reply.error) ? { ok: false, error: reply.error } : UNREADABLE;
-  return Array<Result<unknown>>(count).fill(whole);
+  return { results: Array<Result<unknown>>(count).fill(whole), pending: [] };
+}
+
+/** Undefined for anything that is not a well-formed LateResults; bad entries become `internal` errors. */
+export function decodeLate(data: Uint8Array): LateResults | undefined {
+  let late: unknown;
+  try {
+    late = packr.unpack(data);
+  } catch {
+    return undefined;
+  }
+  if (!isObject(late) || !Number.isInteger(late.xid) || !Array.isArray(late.results)) return undefined;
+  const results: [number, Result<unknown>][] = [];
+  for (const entry of late.results as unknown[]) {
+    if (!Array.isArray(entry) || !Number.isInteger(entry[0])) continue;
+    results.push([entry[0] as number, isResult(entry[1]) ? entry[1] : UNREADABLE]);
+  }
+  return { xid: late.xid as number, results };
 }
 
 /** The envelope only; the endpoint checks each command's own shape. Throws on anything else. */
@@ -73,7 +115,9 @@ export function decodeRequest(data: Uint8Array): WireRequest {
   const req: unknown = packr.unpack(data);
   if (!isObject(req) || req.v !== 1) throw new Error('unknown request envelope');
   if (Array.isArray(req.commands) && req.commands.every((c) => isObject(c) && isPartition(c.partition))) {
-    return { v: 1, commands: req.commands as Command[] };
+    const late = req.late;
+    const valid = isObject(late) && typeof late.to === 'string' && late.to.length > 0 && Number.isInteger(late.xid);
+    return { v: 1, commands: req.commands as Command[], ...(valid ? { late: { to: late.to as string, xid: late.xid as number } } : {}) };
   }
   if (isObject(req.query) && typeof req.query.kind === 'string') return { v: 1, query: req.query as Query };
   throw new Error('request carries neither commands nor a query');

@@ -81,6 +81,60 @@ test('commands sent in one turn travel as one message per node, capped so each r
   t.is(nodes.low!.stats().commands, 50 + 600);
 });
 
+/** Answers every command at once except 'slow', which waits for `open()`. */
+function gatedEndpoint(): { endpoint: ActorEndpoint; open: () => void } {
+  let open!: () => void;
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const endpoint: ActorEndpoint = {
+    async handle(cmd) {
+      const id = 'id' in cmd ? cmd.id : undefined;
+      if (id === 'slow') await gate;
+      return { ok: true, value: { id } };
+    },
+    query: () => Promise.resolve({ ok: true, value: null }),
+  };
+  return { endpoint, open };
+}
+
+async function gatedCluster(t: ExecutionContext, timeoutMs: number): Promise<{ bus: NatsBus; open: () => void; node: ActorServer }> {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const { endpoint, open } = gatedEndpoint();
+  t.teardown(open);
+  const node = await serveActorsOverNats(nats.url, endpoint, { nodeId: 'gated', partitions: ALL });
+  t.teardown(() => node.close());
+  const bus = await connectNatsBus(nats.url, { timeoutMs });
+  t.teardown(() => bus.close());
+  t.true(await bus.waitForOwners(ALL, 5000));
+  return { bus, open, node };
+}
+
+test('a command that waits does not hold back the others of its message: they are answered, and it follows when done', async (t) => {
+  const { bus, open, node } = await gatedCluster(t, 5000);
+  const slow = bus.send(get(3, 'slow'));
+  const fast = bus.send(get(3, 'fast'));
+  const startedAt = Date.now();
+  t.deepEqual(valueOf(await fast), { id: 'fast' });
+  t.true(Date.now() - startedAt < 1000, `the fast command took ${Date.now() - startedAt} ms`);
+  t.is(node.stats().messages, 1, 'both travelled in one message');
+  const still = await Promise.race([slow.then(() => 'answered'), new Promise((resolve) => setTimeout(resolve, 100, 'waiting'))]);
+  t.is(still, 'waiting');
+  open();
+  t.deepEqual(valueOf(await slow), { id: 'slow' });
+});
+
+test('a late command past its deadline is answered unavailable; its result, arriving later, is dropped and the bus serves on', async (t) => {
+  const { bus, open } = await gatedCluster(t, 300);
+  const slow = bus.send(get(9, 'slow'));
+  const fast = bus.send(get(9, 'fast'));
+  t.true((await fast).ok);
+  const timedOut = await slow;
+  t.like(timedOut, { ok: false, error: { code: 'unavailable' } });
+  open();
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  t.deepEqual(valueOf(await bus.send(get(9, 'after'))), { id: 'after' });
+});
+
 test('scatter collects one answer from every owner node', async (t) => {
   const { bus } = await cluster(t, { low: LOW, high: HIGH });
   const results = await bus.scatter({ kind: 'order.list', query: { tenant: 't1', filter: undefined, sort: 'createdAt', dir: 'asc', after: undefined, limit: 10, withChildren: false } });
