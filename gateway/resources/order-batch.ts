@@ -261,7 +261,7 @@ export const orderBatchRoute: RouteDef = route({
     keyRefusal(settled);
     // No group could run at all (every owner unavailable): the request's answer is that 503,
     // with its Retry-After, rather than a 207 of failures.
-    if (settled.every((s) => s.status === 'rejected' && s.reason instanceof ApiError && s.reason.status === 503)) {
+    if (settled.length > 0 && settled.every((s) => s.status === 'rejected' && s.reason instanceof ApiError && s.reason.status === 503)) {
       throw (settled[0] as PromiseRejectedResult).reason;
     }
     const outcomes: BatchOutcome[] = [];
