@@ -101,6 +101,9 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
     }
   }
 
+  /** Writes whose results go out late, after their message was answered. */
+  const lateWork = new Set<Promise<void>>();
+
   async function answer(msg: Msg): Promise<WireReply> {
     const req = decodeRequest(msg.data);
     if ('query' in req) {
@@ -146,6 +149,10 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
     clearTimeout(timer);
     if (done || running.size === 0) return { results };
     after.late = lateSender(req.late);
+    // close() waits for them: the last results are published a turn after the last write ends.
+    const tail = all.then(() => new Promise<void>((resolve) => setImmediate(resolve)));
+    lateWork.add(tail);
+    void tail.finally(() => lateWork.delete(tail));
     return { results, pending: [...running] };
   }
 
@@ -241,6 +248,7 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
         // Stop taking messages, finish and answer those already taken, then close.
         await settleWithin(sub.drain(), CLOSE_GRACE_MS);
         await Promise.all(inFlight);
+        await Promise.all(lateWork);
         await settleWithin(nc.drain(), CLOSE_GRACE_MS);
         if (!nc.isClosed()) await nc.close();
       })()),

@@ -100,6 +100,8 @@ export class NatsBus implements Bus {
   private readonly lateSubject = createInbox();
   private readonly outstanding = new Map<number, Outstanding>();
   private nextXid = 0;
+  /** close() waiting for the last outstanding command to be answered. */
+  private readonly drained: (() => void)[] = [];
 
   constructor(
     private readonly nc: NatsConnection,
@@ -159,8 +161,8 @@ export class NatsBus implements Bus {
     // Let what is on the wire be answered (each exchange is bounded by its deadline) before the
     // drain closes the reply subscription under it.
     await Promise.all(this.exchanges);
-    // Commands whose results would come late are answered now: nothing will listen for them.
-    for (const [xid, x] of this.outstanding) this.settleRest(xid, x, CLOSING);
+    // Results still due late are waited for too, each until its deadline at most (its timer).
+    if (this.outstanding.size > 0) await new Promise<void>((resolve) => this.drained.push(resolve));
     await this.directory.close();
     await settleWithin(this.nc.drain(), this.opts.timeoutMs);
     if (!this.nc.isClosed()) await this.nc.close();
@@ -196,13 +198,16 @@ export class NatsBus implements Bus {
     }
     // Known before the request leaves: a late result may arrive before its reply is read.
     this.outstanding.set(xid, x);
-    void this.exchange(subject, payload, batch.length, batch[0]!.deadline).then(({ results }) => {
+    const replied = this.exchange(subject, payload, batch.length, batch[0]!.deadline).then(({ results }) => {
       results.forEach((r, i) => r && this.settleOne(xid, x, i, r));
       if (x.left === 0) return;
       // The rest come late; each is answered by its own deadline at the latest.
       const last = Math.max(...batch.filter((_, i) => !x.settled[i]).map((p) => p.deadline));
       x.timer = setTimeout(() => this.settleRest(xid, x, TIMED_OUT), Math.max(0, last - Date.now()));
     });
+    // close() waits for the reply to be read, not only received.
+    this.exchanges.add(replied);
+    void replied.finally(() => this.exchanges.delete(replied));
   }
 
   private settleOne(xid: number, x: Outstanding, i: number, r: Result<unknown>): void {
@@ -214,6 +219,7 @@ export class NatsBus implements Bus {
     if (x.left === 0) {
       clearTimeout(x.timer);
       this.outstanding.delete(xid);
+      if (this.outstanding.size === 0) for (const resolve of this.drained.splice(0)) resolve();
     }
   }
 

@@ -135,6 +135,30 @@ test('a late command past its deadline is answered unavailable; its result, arri
   t.deepEqual(valueOf(await bus.send(get(9, 'after'))), { id: 'after' });
 });
 
+test('closing the bus answers what is on the wire with its result: a reply being read, and a write whose result comes late', async (t) => {
+  const { bus, open } = await gatedCluster(t, 3000);
+  const replied = bus.send(get(3, 'fast'));
+  await new Promise((resolve) => setTimeout(resolve, 1)); // on the wire
+  const slow = bus.send(get(3, 'slow'));
+  await new Promise((resolve) => setTimeout(resolve, 100)); // past the node's first reply
+  const closing = bus.close();
+  setTimeout(open, 50);
+  t.deepEqual(valueOf(await replied), { id: 'fast' });
+  t.deepEqual(valueOf(await slow), { id: 'slow' });
+  await closing;
+});
+
+test('closing a node waits for the writes whose results it sends late, and sends them', async (t) => {
+  const { bus, open, node } = await gatedCluster(t, 3000);
+  const slow = bus.send(get(3, 'slow'));
+  t.true((await bus.send(get(3, 'fast'))).ok);
+  await new Promise((resolve) => setTimeout(resolve, 50)); // past the node's first reply
+  const closing = node.close();
+  setTimeout(open, 50);
+  await closing;
+  t.deepEqual(valueOf(await slow), { id: 'slow' });
+});
+
 test('scatter collects one answer from every owner node', async (t) => {
   const { bus } = await cluster(t, { low: LOW, high: HIGH });
   const results = await bus.scatter({ kind: 'order.list', query: { tenant: 't1', filter: undefined, sort: 'createdAt', dir: 'asc', after: undefined, limit: 10, withChildren: false } });
