@@ -62,6 +62,8 @@ export interface HostOptions {
   refundProcessorTimeoutMs?: number;
   /** Pauses between failed processor calls (tests shorten them; actors/refund-runner.ts BACKOFF_MS). */
   refundBackoffMs?: readonly number[];
+  /** Refund jobs at once (actors/refund-runner.ts MAX_JOBS; tests lower it). */
+  refundMaxJobs?: number;
   /** Wall clock for record timestamps and key expiry; tests move it. */
   now?: () => number;
   log: Logger;
@@ -111,6 +113,8 @@ interface IdemRecord {
 const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
+/** Open operations a resume pass reads at most, looking for ones to start. */
+const RESUME_SCAN = 10_000;
 const SWEEP_BATCH = 1000;
 /** Most memberships one delete removes with its team or user (a team is bounded by the tenant's users). */
 const MAX_CASCADE = 100_000;
@@ -148,6 +152,7 @@ export class ActorHost implements ActorEndpoint {
   /** Tables a sweep is running over. */
   private readonly sweeping = new Set<string>();
   private closing = false;
+  private resumeQueued = false;
   readonly stats = new Map<string, Stat>();
 
   constructor(private readonly opts: HostOptions) {
@@ -195,6 +200,16 @@ export class ActorHost implements ActorEndpoint {
       retentionMs: opts.operationRetentionMs ?? DAY_MS,
       processorTimeoutMs: opts.refundProcessorTimeoutMs ?? 30_000,
       backoffMs: opts.refundBackoffMs,
+      maxJobs: opts.refundMaxJobs,
+      // A slot came free: what waits starts now rather than at the next minute's pass.
+      onRoom: () => {
+        if (this.resumeQueued) return;
+        this.resumeQueued = true;
+        setImmediate(() => {
+          this.resumeQueued = false;
+          this.resumeOperations();
+        });
+      },
       commit: (orderId, kind, plan) => this.internalTurn(orderId, kind, plan),
       log: opts.log,
     });
@@ -407,12 +422,21 @@ export class ActorHost implements ActorEndpoint {
    * as the runner has room for; the rest wait for the next pass.
    */
   private resumeOperations(): void {
-    if (this.closing || this.refunds.room <= 0) return;
-    const open = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['open'], after: undefined, reverse: false, limit: MAX_JOBS * 2 });
-    for (const { id } of open) {
-      if (this.refunds.room <= 0) return;
-      const op = this.refundTables.operations.get(id);
-      if (op && this.owns(partitionOf(op.orderId))) this.refunds.kick(op);
+    if (this.closing) return;
+    // Oldest first, page by page past operations that run or rest (refund-runner.ts), until the
+    // runner is full; at most RESUME_SCAN of them per pass.
+    let after: [string | number, string] | undefined;
+    for (let scanned = 0; scanned < RESUME_SCAN && this.refunds.room > 0; ) {
+      const open = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['open'], after, reverse: false, limit: MAX_JOBS * 2 });
+      for (const { id } of open) {
+        if (this.refunds.room <= 0) return;
+        const op = this.refundTables.operations.get(id);
+        if (op && this.owns(partitionOf(op.orderId))) this.refunds.kick(op);
+      }
+      const last = open[open.length - 1];
+      if (!last || open.length < MAX_JOBS * 2) return;
+      scanned += open.length;
+      after = [last.v as string | number, last.id];
     }
   }
 

@@ -43,6 +43,14 @@ export function simulatedProcessor(latencyMs: number): RefundProcessor {
 export const BACKOFF_MS: readonly number[] = [1_000, 5_000, 30_000, 120_000, 600_000];
 /** Jobs running at once on a node; more wait for the next resume pass. */
 export const MAX_JOBS = 256;
+/**
+ * Failed calls in a row after which a job gives up its slot (the refund stays running, holding
+ * its amount) and rests for the longest backoff before a resume pass takes it again: refunds a
+ * processor keeps failing cannot hold every slot while others wait.
+ */
+export const YIELD_AFTER_FAILURES = 8;
+/** Resting operations remembered; past it the oldest may be taken again sooner. */
+const MAX_RESTING = 10_000;
 /** How long close() waits for jobs to stop before it lets go of them. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -54,6 +62,10 @@ export interface RunnerDeps {
   processorTimeoutMs: number;
   /** Pauses after failed calls (default BACKOFF_MS); tests shorten them. */
   backoffMs?: readonly number[];
+  /** Jobs at once (default MAX_JOBS). */
+  maxJobs?: number;
+  /** A job ended, so there is room for one that waits: the host runs a resume pass. */
+  onRoom?: () => void;
   /** Runs `plan` in the order's turn and commits what it writes, durably; resolves to the plan committed. */
   commit(orderId: string, kind: string, plan: (now: number) => Plan | undefined): Promise<Plan | undefined>;
   log: Logger;
@@ -62,12 +74,14 @@ export interface RunnerDeps {
 export class RefundRunner {
   private readonly jobs = new Map<string, Promise<void>>();
   private readonly stop = new AbortController();
+  /** Operations whose job gave up its slot, by when they may run again. */
+  private readonly resting = new Map<string, number>();
 
   constructor(private readonly deps: RunnerDeps) {}
 
   /** Room for more jobs right now. */
   get room(): number {
-    return this.stop.signal.aborted ? 0 : MAX_JOBS - this.jobs.size;
+    return this.stop.signal.aborted ? 0 : (this.deps.maxJobs ?? MAX_JOBS) - this.jobs.size;
   }
 
   /**
@@ -76,12 +90,20 @@ export class RefundRunner {
    */
   kick(op: Pick<OperationRecord, 'id' | 'orderId'>): void {
     if (this.jobs.has(op.id) || this.room <= 0) return;
+    const resting = this.resting.get(op.id);
+    if (resting !== undefined) {
+      if (resting > Date.now()) return;
+      this.resting.delete(op.id);
+    }
     const job = this.run(op.id, op.orderId)
       .catch((err: unknown) => {
         // Left pending or running in LMDB: the next resume pass picks it up again.
         if (!this.stop.signal.aborted) this.deps.log.warn({ err, operation: op.id }, 'refund job stopped; it will be resumed');
       })
-      .finally(() => this.jobs.delete(op.id));
+      .finally(() => {
+        this.jobs.delete(op.id);
+        if (!this.stop.signal.aborted) this.deps.onRoom?.();
+      });
     this.jobs.set(op.id, job);
   }
 
@@ -116,6 +138,15 @@ export class RefundRunner {
         // The operation stays running and the refund keeps holding its amount until the
         // processor answers; each failure is logged for the operator.
         this.deps.log.warn({ err, operation: opId, failures }, 'payment processor failed; retrying');
+        if (failures >= YIELD_AFTER_FAILURES) {
+          const backoff = this.deps.backoffMs ?? BACKOFF_MS;
+          const rest = backoff[backoff.length - 1]!;
+          if (this.resting.size >= MAX_RESTING) this.resting.delete(this.resting.keys().next().value!);
+          this.resting.set(opId, Date.now() + rest);
+          // A resume pass when the rest is over takes it up again (if a slot is free by then).
+          setTimeout(() => this.stop.signal.aborted || this.deps.onRoom?.(), rest + 1).unref();
+          return;
+        }
       }
       if (outcome) {
         const result = outcome;

@@ -218,6 +218,37 @@ test('a processor that keeps failing never fails the refund: its amount stays he
   }
 });
 
+test('refunds a processor keeps failing give up their slots after a while: another refund waiting for one runs', async (t) => {
+  const dir = await tempDir('refund-yield');
+  let stuck = '';
+  const host = open(dir, {
+    refundMaxJobs: 1,
+    refundBackoffMs: [1],
+    refundProcessor: {
+      async refund(req) {
+        if (req.refundId === stuck) throw new Error('connection reset');
+        return { ok: true };
+      },
+    },
+  });
+  try {
+    const a = await paid(host, 1000);
+    const b = await paid(host, 700);
+    const first = await startRefund(host, a);
+    stuck = read<OperationRecord>(host, 'operation.get', first.id).ok ? (read<OperationRecord>(host, 'operation.get', first.id) as { value: OperationRecord }).value.refundId : '';
+    t.truthy(stuck);
+    // The only slot is taken by the failing refund; this one waits, then runs once it yields.
+    const second = await startRefund(host, b);
+    const done = await until(host, second.id, 'succeeded', 'failed');
+    t.is(done.status, 'succeeded');
+    const held = read<OperationRecord>(host, 'operation.get', first.id);
+    t.true(held.ok && held.value.status === 'running', 'the failing refund still runs, holding its amount');
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
+
 test('a processor call that hangs, even one that ignores the abort, is abandoned after its timeout and asked again; close() does not wait for it', async (t) => {
   const dir = await tempDir('refund-hang');
   let calls = 0;
