@@ -128,6 +128,8 @@ export class RefundRunner {
       const op = started?.reply as OperationRecord | undefined;
       const refund = op && tables.refunds.get(op.refundId);
       if (!op || !refund) return; // finished meanwhile, or gone
+      // Stopping: the processor is not asked (a restart resumes the job).
+      if (this.stop.signal.aborted) return;
       let outcome: ProcessorOutcome | undefined;
       try {
         const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(this.deps.processorTimeoutMs)]);
@@ -162,7 +164,11 @@ export class RefundRunner {
 
 /** The work's result, or a rejection as soon as `signal` aborts, whether or not the work heeds it. */
 function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  if (signal.aborted) {
+    // The work was started all the same: its failure, unheard, must not end the process.
+    work.catch(() => undefined);
+    return Promise.reject(signal.reason as Error);
+  }
   return new Promise((resolve, reject) => {
     const onAbort = (): void => reject(signal.reason as Error);
     signal.addEventListener('abort', onAbort, { once: true });
