@@ -153,6 +153,8 @@ export class ActorHost implements ActorEndpoint {
   private readonly sweeping = new Set<string>();
   private closing = false;
   private resumeQueued = false;
+  /** Where the next resume pass starts in the open operations (see resumeOperations). */
+  private resumeCursor: [string | number, string] | undefined;
   readonly stats = new Map<string, Stat>();
 
   constructor(private readonly opts: HostOptions) {
@@ -421,22 +423,39 @@ export class ActorHost implements ActorEndpoint {
    * Starts a job for unfinished operations this node owns that have none, oldest first, as many
    * as the runner has room for; the rest wait for the next pass.
    */
+  /**
+   * Starts open operations while the runner has room: from where the last pass stopped, wrapping
+   * around once, so operations that run or rest (refund-runner.ts) are passed over once per round
+   * rather than read again by every pass; at most RESUME_SCAN of them per pass.
+   */
   private resumeOperations(): void {
     if (this.closing) return;
-    // Oldest first, page by page past operations that run or rest (refund-runner.ts), until the
-    // runner is full; at most RESUME_SCAN of them per pass.
-    let after: [string | number, string] | undefined;
+    const table = this.refundTables.operations as Table<unknown>;
+    const page = MAX_JOBS * 2;
+    const from = this.resumeCursor;
+    let after = from;
+    let wrapped = from === undefined;
     for (let scanned = 0; scanned < RESUME_SCAN && this.refunds.room > 0; ) {
-      const open = this.store.scan(this.refundTables.operations as Table<unknown>, { prefix: ['open'], after, reverse: false, limit: MAX_JOBS * 2 });
-      for (const { id } of open) {
-        if (this.refunds.room <= 0) return;
+      const open = this.store.scan(table, { prefix: ['open'], after, reverse: false, limit: page });
+      for (const { id, v } of open) {
+        scanned++;
+        this.resumeCursor = [v as string | number, id];
+        // Back where this pass began: every open operation was offered once.
+        if (wrapped && from !== undefined && isAfter(this.resumeCursor, from)) return;
         const op = this.refundTables.operations.get(id);
         if (op && this.owns(partitionOf(op.orderId))) this.refunds.kick(op);
+        if (this.refunds.room <= 0) return;
       }
-      const last = open[open.length - 1];
-      if (!last || open.length < MAX_JOBS * 2) return;
-      scanned += open.length;
-      after = [last.v as string | number, last.id];
+      if (open.length < page) {
+        if (wrapped) {
+          this.resumeCursor = undefined;
+          return;
+        }
+        wrapped = true;
+        after = undefined;
+      } else {
+        after = this.resumeCursor;
+      }
     }
   }
 
@@ -677,4 +696,9 @@ export class ActorHost implements ActorEndpoint {
       if (--mine.depth === 0 && this.boxes.get(key) === mine) this.boxes.delete(key);
     });
   }
+}
+
+/** Whether index position `a` (sort value, id) comes after `b`. */
+function isAfter(a: [string | number, string], b: [string | number, string]): boolean {
+  return a[0] !== b[0] ? a[0] > b[0] : a[1] > b[1];
 }

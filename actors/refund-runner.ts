@@ -51,6 +51,8 @@ export const MAX_JOBS = 256;
 export const YIELD_AFTER_FAILURES = 8;
 /** Resting operations remembered; past it the oldest may be taken again sooner. */
 const MAX_RESTING = 10_000;
+/** A job that stopped on an error of ours (a commit refused, say) waits this long to run again. */
+const AFTER_ERROR_MS = 60_000;
 /** How long close() waits for jobs to stop before it lets go of them. */
 const CLOSE_GRACE_MS = 2_000;
 
@@ -74,8 +76,8 @@ export interface RunnerDeps {
 export class RefundRunner {
   private readonly jobs = new Map<string, Promise<void>>();
   private readonly stop = new AbortController();
-  /** Operations whose job gave up its slot, by when they may run again. */
-  private readonly resting = new Map<string, number>();
+  /** Operations whose job gave up its slot: when they may run again, and the failures so far. */
+  private readonly resting = new Map<string, { until: number; failures: number }>();
 
   constructor(private readonly deps: RunnerDeps) {}
 
@@ -92,13 +94,16 @@ export class RefundRunner {
     if (this.jobs.has(op.id) || this.room <= 0) return;
     const resting = this.resting.get(op.id);
     if (resting !== undefined) {
-      if (resting > Date.now()) return;
+      if (resting.until > Date.now()) return;
       this.resting.delete(op.id);
     }
-    const job = this.run(op.id, op.orderId)
+    const job = this.run(op.id, op.orderId, resting?.failures ?? 0)
       .catch((err: unknown) => {
-        // Left pending or running in LMDB: the next resume pass picks it up again.
-        if (!this.stop.signal.aborted) this.deps.log.warn({ err, operation: op.id }, 'refund job stopped; it will be resumed');
+        // Left pending or running in LMDB: a resume pass picks it up again, after a rest (a pass
+        // right away would meet the same error, again and again).
+        if (this.stop.signal.aborted) return;
+        this.deps.log.warn({ err, operation: op.id }, 'refund job stopped; it will be resumed');
+        this.rest(op.id, AFTER_ERROR_MS, resting?.failures ?? 0);
       })
       .finally(() => {
         this.jobs.delete(op.id);
@@ -121,9 +126,17 @@ export class RefundRunner {
     await Promise.race([Promise.allSettled([...this.jobs.values()]), sleep(CLOSE_GRACE_MS, undefined, { ref: false })]);
   }
 
-  private async run(opId: string, orderId: string): Promise<void> {
+  /** Keeps `opId` from starting for `ms`, then asks for a resume pass. */
+  private rest(opId: string, ms: number, failures: number): void {
+    if (this.resting.size >= MAX_RESTING) this.resting.delete(this.resting.keys().next().value!);
+    this.resting.set(opId, { until: Date.now() + ms, failures });
+    setTimeout(() => this.stop.signal.aborted || this.deps.onRoom?.(), ms + 1).unref();
+  }
+
+  /** `failures`: the processor's failures in a row before this run (it rested after them). */
+  private async run(opId: string, orderId: string, failures: number): Promise<void> {
     const { tables, processor, retentionMs, commit } = this.deps;
-    for (let failures = 0; ; ) {
+    for (let inRun = 0; ; ) {
       const started = await commit(orderId, 'refund.run', (now) => planRefundRun(opId, tables, now));
       const op = started?.reply as OperationRecord | undefined;
       const refund = op && tables.refunds.get(op.refundId);
@@ -137,16 +150,15 @@ export class RefundRunner {
       } catch (err) {
         if (this.stop.signal.aborted) return;
         failures++;
+        inRun++;
         // The operation stays running and the refund keeps holding its amount until the
         // processor answers; each failure is logged for the operator.
         this.deps.log.warn({ err, operation: opId, failures }, 'payment processor failed; retrying');
-        if (failures >= YIELD_AFTER_FAILURES) {
+        // After YIELD_AFTER_FAILURES in a row, and then after each single failure, the job gives
+        // up its slot; a resume pass after the longest backoff takes it up again.
+        if (inRun >= YIELD_AFTER_FAILURES || failures > YIELD_AFTER_FAILURES) {
           const backoff = this.deps.backoffMs ?? BACKOFF_MS;
-          const rest = backoff[backoff.length - 1]!;
-          if (this.resting.size >= MAX_RESTING) this.resting.delete(this.resting.keys().next().value!);
-          this.resting.set(opId, Date.now() + rest);
-          // A resume pass when the rest is over takes it up again (if a slot is free by then).
-          setTimeout(() => this.stop.signal.aborted || this.deps.onRoom?.(), rest + 1).unref();
+          this.rest(opId, backoff[backoff.length - 1]!, failures);
           return;
         }
       }

@@ -7,7 +7,8 @@ import type { ChildProcess } from 'node:child_process';
 import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type TestFn } from 'ava';
 import { ActorHost, type HostOptions } from '../actors/host.js';
-import type { RefundProcessor } from '../actors/refund-runner.js';
+import { RefundRunner, simulatedProcessor, type RefundProcessor } from '../actors/refund-runner.js';
+import type { RefundTables } from '../actors/refunds.js';
 import { newId, partitionOf } from '../common/ids.js';
 import type { Command, OperationRecord, OrderRecord, RefundRecord, Result } from '../proto/messages.js';
 import { exited, killAll, startChild } from './helpers/child-service.js';
@@ -247,6 +248,28 @@ test('refunds a processor keeps failing give up their slots after a while: anoth
     await host.close();
     await removeDir(dir);
   }
+});
+
+test('a job stopped by an error of ours (its commit refused) rests before it runs again, instead of retrying at once', async (t) => {
+  let commits = 0;
+  const op = { id: newId('operation'), orderId: newId('order') };
+  const runner: RefundRunner = new RefundRunner({
+    tables: {} as RefundTables,
+    processor: simulatedProcessor(0),
+    retentionMs: 60_000,
+    processorTimeoutMs: 1000,
+    commit: async () => {
+      commits++;
+      throw new Error('the disk is full');
+    },
+    // As the host does: a freed slot starts whatever waits, this operation included.
+    onRoom: () => setImmediate(() => runner.kick(op)),
+    log: silentLog(),
+  });
+  runner.kick(op);
+  await delay(300);
+  await runner.close();
+  t.is(commits, 1, 'one attempt, then a rest');
 });
 
 test('a processor call that hangs, even one that ignores the abort, is abandoned after its timeout and asked again; close() does not wait for it', async (t) => {
