@@ -93,14 +93,17 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
         throw new ApiError('validation-failed', 'No user with that id.', { errors: [{ pointer: '/userId', detail: 'names no user' }] });
       }
       if (t.members.get(cmd.id)) throw new ApiError('conflict', 'The user is already a member of this team.');
-      const m: MembershipRecord = { id: cmd.id, tenant: cmd.tenant, version: 1, teamId: cmd.teamId, userId: cmd.userId, role: cmd.role, joinedAt: now, updatedAt: now };
+      // A membership's id is (team, user), so one removed and added again has the same id: its
+      // version is a time (ms), never one an earlier membership of the pair had, so neither its
+      // ETag nor a kept rendering of the earlier one can stand for it.
+      const m: MembershipRecord = { id: cmd.id, tenant: cmd.tenant, version: now, teamId: cmd.teamId, userId: cmd.userId, role: cmd.role, joinedAt: now, updatedAt: now };
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: undefined, after: m });
       return { writes, reply: m, events: [emit('team.member.added', 'membership', m, now)] };
     }
     case 'member.patch': {
       const stored = t.members.get(cmd.id);
       const m = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
-      const next: MembershipRecord = { ...m, role: cmd.role, version: m.version + 1, updatedAt: now };
+      const next: MembershipRecord = { ...m, role: cmd.role, version: Math.max(m.version + 1, now), updatedAt: now };
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: next });
       return { writes, reply: next };
     }

@@ -137,6 +137,30 @@ export function registerUserSuite(test: TestFn<SuiteContext>): void {
     assertProblem(t, await stranger.post(`/v1/teams/${teamId}/members`, { userId: u1, role: 'member' }), 404, 'not-found');
   });
 
+  test('teams: a member removed and added again is a new membership: its own role, joinedAt and ETag', async (t) => {
+    const c = await tenant(t, 'rejoin');
+    const teamId = (await c.post('/v1/teams', { name: 'Ops' })).json.id as string;
+    const userId = (await c.post('/v1/users', { email: 'r@t.io' })).json.id as string;
+    const href = `/v1/teams/${teamId}/members/${userId}`;
+    const first = await c.post(`/v1/teams/${teamId}/members`, { userId, role: 'member' });
+    t.is(first.status, 201, first.text);
+    const read = await c.get(href);
+    t.is(read.json.role, 'member');
+    t.is((await c.delete(href)).status, 204);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+    const again = await c.post(`/v1/teams/${teamId}/members`, { userId, role: 'owner' });
+    t.is(again.status, 201, again.text);
+    t.is(again.json.role, 'owner');
+    t.not(again.headers.etag, first.headers.etag);
+    const now = await c.get(href);
+    t.like(now.json, { role: 'owner', joinedAt: again.json.joinedAt });
+    t.not(now.json.joinedAt, read.json.joinedAt);
+    t.is((await c.get(href, { 'if-none-match': first.headers.etag! })).status, 200, 'the old tag does not revalidate');
+    assertProblem(t, await c.patch(href, { role: 'admin' }, { 'if-match': first.headers.etag! }), 412, 'precondition-failed');
+    const listed = (await c.get(`/v1/teams/${teamId}/members`)).json.data as { role: string }[];
+    t.deepEqual(listed.map((m) => m.role), ['owner']);
+  });
+
   test('teams: deleting a user removes its memberships; deleting a team removes the team and its memberships', async (t) => {
     const c = await tenant(t, 'team');
     const a = (await c.post('/v1/teams', { name: 'A' })).json.id as string;
