@@ -10,8 +10,11 @@ import type { UsageCount, UsageRow } from '../proto/messages.js';
 import type { UsageSink } from './lifecycle.js';
 
 const DAY_MS = 86_400_000;
-/** Most distinct (route, day, principal) counts held between flushes; past it, new principals share one. */
-const MAX_PENDING = 50_000;
+/**
+ * Most distinct (route, day, principal) counts held: between flushes, and in all kept while the
+ * owner is away; past it, new principals share one count per route and day.
+ */
+export const MAX_PENDING = 50_000;
 const OVERFLOW = '(others)';
 
 export class UsageCounter implements UsageSink {
@@ -42,7 +45,9 @@ export class UsageCounter implements UsageSink {
   }
 
   start(intervalMs = 1000): void {
-    this.timer ??= setInterval(() => void this.flush(), intervalMs).unref();
+    this.timer ??= setInterval(() => {
+      this.flush().catch((err: unknown) => this.log.error({ err }, 'usage flush failed'));
+    }, intervalMs).unref();
   }
 
   /** Sends what was counted; counts a failed send could not deliver are kept for the next flush. */
@@ -59,7 +64,7 @@ export class UsageCounter implements UsageSink {
   }
 
   private turnDay(now: number): void {
-    this.earlier.push(...this.drainToday());
+    for (const c of this.drainToday()) this.earlier.push(c);
     const start = now - (now % DAY_MS);
     this.day = { start, end: start + DAY_MS, name: new Date(start).toISOString().slice(0, 10) };
   }
@@ -74,14 +79,22 @@ export class UsageCounter implements UsageSink {
 
   private async send(): Promise<void> {
     // Counts kept from failed flushes merge with new ones: however long the owner is away, this
-    // holds one entry per (route, day, principal).
+    // holds one entry per (route, day, principal), at most MAX_PENDING of them; more principals
+    // are counted under OVERFLOW, so no call goes uncounted.
     const merged = new Map<string, UsageCount>();
-    for (const c of [...this.earlier, ...this.drainToday()]) {
-      const key = `${c.route}\u0000${c.day}\u0000${c.principal}`;
-      const seen = merged.get(key);
+    const add = (c: UsageCount): void => {
+      let key = `${c.route}\u0000${c.day}\u0000${c.principal}`;
+      let seen = merged.get(key);
+      if (!seen && merged.size >= MAX_PENDING) {
+        key = `${c.route}\u0000${c.day}\u0000${OVERFLOW}`;
+        seen = merged.get(key);
+        c = { ...c, principal: OVERFLOW };
+      }
       if (seen) seen.n += c.n;
       else merged.set(key, { ...c });
-    }
+    };
+    for (const c of this.earlier) add(c);
+    for (const c of this.drainToday()) add(c);
     this.earlier = [];
     const batch = [...merged.values()];
     if (batch.length === 0) return;
@@ -100,7 +113,7 @@ export class UsageCounter implements UsageSink {
         // been applied, so a count can come out high, never low: retirement is gated on traffic,
         // and errs on the safe side.
         this.log.warn({ partition, detail: r.error.detail }, 'usage counts not flushed; retrying');
-        this.earlier.push(...counts);
+        for (const c of counts) this.earlier.push(c);
       }),
     );
   }

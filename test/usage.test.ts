@@ -11,9 +11,11 @@ import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { LifecycleRegistry } from '../gateway/lifecycle.js';
 import { createGateway } from '../gateway/pipeline.js';
-import { UsageCounter, readUsage, summarize } from '../gateway/usage.js';
+import { MAX_PENDING, UsageCounter, readUsage, summarize } from '../gateway/usage.js';
 import { answerOf, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
 import { allPartitions } from '../common/partitions.js';
+import type { Bus } from '../common/bus.js';
+import type { Command, UsageCount } from '../proto/messages.js';
 
 const test = anyTest as TestFn<{ dir: string }>;
 const SECRET = 'usage-test-secret-0123456789abcdef';
@@ -118,4 +120,29 @@ test('summaries put the busiest route and caller first', (t) => {
     { route: 'A', total: 9, callers: [{ principal: 'y', count: 5, lastDay: '2026-01-02' }] },
     { route: 'B', total: 1, callers: [{ principal: 'x', count: 1, lastDay: '2026-01-01' }] },
   ]);
+});
+
+test('while the owner is away, the counts held stay bounded, and none is lost: the overflow shares one count', async (t) => {
+  let up = false;
+  const received: UsageCount[] = [];
+  const bus = {
+    send: (cmd: Command) => {
+      if (!up) return Promise.resolve({ ok: false as const, error: { code: 'unavailable' as const, detail: 'away' } });
+      if (cmd.kind === 'usage.add') received.push(...cmd.counts);
+      return Promise.resolve({ ok: true as const, value: null });
+    },
+  } as unknown as Bus;
+  const usage = new UsageCounter(bus, silentLog());
+  const now = Date.UTC(2026, 10, 24, 12);
+  let calls = 0;
+  // Three flushes' worth of distinct callers, each flush failing: 150,000 principals in all.
+  for (let round = 0; round < 3; round++) {
+    for (let i = 0; i < MAX_PENDING; i++, calls++) usage.count('GET /v1/orders', `p${round}-${i}`, now);
+    await usage.flush();
+  }
+  up = true;
+  await usage.flush();
+  t.true(received.length <= MAX_PENDING + 1, `${received.length} counts sent`);
+  t.is(received.reduce((n, c) => n + c.n, 0), calls, 'every call counted');
+  t.true(received.some((c) => c.principal === '(others)'));
 });
