@@ -16,6 +16,8 @@ export interface Principal {
    * string building per request.
    */
   key: string;
+  /** Tenant and sub as a JSON pair, `["acme","u1"]`: how usage counts (gateway/usage.ts) name the caller. */
+  caller: string;
 }
 
 const CACHE_LIMIT = 10_000;
@@ -91,6 +93,7 @@ export class Authenticator {
       tenant: tenantOrSub,
       scopes: new Set((scope ?? '').split(' ').filter(Boolean)),
       key: `${tenantOrSub}\u0000${sub}`,
+      caller: JSON.stringify([tenantOrSub, sub]),
     };
     // Without exp a token stays valid; re-verify hourly anyway so the cache never pins one forever.
     const expMs = typeof exp === 'number' ? exp * 1000 : Date.now() + 3_600_000;

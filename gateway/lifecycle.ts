@@ -228,7 +228,8 @@ export class LifecycleRegistry {
     const c = this.byRoute.get(route);
     if (!c) return undefined;
     const now = this.now();
-    this.usage?.count(c.key, principal?.sub ?? 'anonymous', now);
+    // Per tenant and sub: two tenants' callers of one name are two callers.
+    this.usage?.count(c.key, principal?.caller ?? 'anonymous', now);
     let successor = c.entry.successor;
     let check = c.fixed;
     if (c.successorParts) {

@@ -205,7 +205,7 @@ test.serial('npm run admin: status, deprecate, usage, activate, and usage errors
   for (let i = 0; i < 3; i++) t.truthy((await api.get('/v1/orders')).headers.deprecation);
   const usage = await admin(['usage', '--route', 'GET /v1/orders', ...opts]);
   t.is(usage.code, 0, usage.stderr);
-  t.deepEqual(JSON.parse(usage.stdout).routes[0], { route: 'GET /v1/orders', total: 3, callers: [{ principal: 'cli-caller', count: 3, lastDay: new Date().toISOString().slice(0, 10) }] });
+  t.deepEqual(JSON.parse(usage.stdout).routes[0], { route: 'GET /v1/orders', total: 3, callers: [{ principal: '["cli-t","cli-caller"]', count: 3, lastDay: new Date().toISOString().slice(0, 10) }] });
   t.is(JSON.parse((await admin(['deprecations', ...opts])).stdout).entries.length, 1);
 
   // The token is minted from the service's secret when none is given, as `npm run token` does.
@@ -263,7 +263,7 @@ test.serial('cluster: counts add up over gateways, a change reaches the other ga
       if (read.routes[0]?.total === 9) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    t.deepEqual(read.routes[0].callers.map((c: { principal: string; count: number }) => [c.principal, c.count]), [['alice', 5], ['bob', 4]]);
+    t.deepEqual(read.routes[0].callers.map((c: { principal: string; count: number }) => [c.principal, c.count]), [['["cl","alice"]', 5], ['["cl","bob"]', 4]]);
 
     const g1Api = await callerAt(g1!, secret, { sub: 'carol', tenant: 'cl', scope: 'orders:read' });
     await unary(op0, 'changeLifecycle', { action: 'RETIRE', method: 'GET', path: ROUTE, successor: '/v2/orders/{orderId}' }, adminToken);

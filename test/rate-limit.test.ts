@@ -149,7 +149,7 @@ test('the periodic sweep runs on its own timer', async (t) => {
 });
 
 test('callers are keyed by principal, else by address; IPv6 by its /64, IPv4-mapped whole', (t) => {
-  const p = (tenant: string, sub: string): Principal => ({ tenant, sub, scopes: new Set(), key: `${tenant}\u0000${sub}` });
+  const p = (tenant: string, sub: string): Principal => ({ tenant, sub, scopes: new Set(), key: `${tenant}\u0000${sub}`, caller: JSON.stringify([tenant, sub]) });
   t.is(callerKey(p('t1', 'u1'), '10.0.0.1'), 't1\u0000u1');
   t.is(callerKey(undefined, '10.0.0.1'), '10.0.0.1');
   t.is(callerKey(undefined, '2001:0db8:0001:0002:0000:0000:0000:0001'), '2001:0db8:0001:0002');

@@ -42,13 +42,15 @@ test('calls to a deprecated route are counted per principal and per day, durably
   registry.bind(routes);
   registry.replace([{ method: 'GET', path: '/v1/orders/{orderId}', state: 'deprecated', deprecatedAt: '2026-01-01T00:00:00Z' }]);
   const gateway = createGateway({ routes, auth: new Authenticator(SECRET), bus: new BusClient(bus), config: loadConfig({ PORT: '0', DATA_DIR: t.context.dir }), log, lifecycle: registry });
-  const get = async (sub: string | undefined, path = '/v1/orders/ord_ff00000000000000000000'): Promise<number> => {
-    const headers: Record<string, string> = sub ? { authorization: `Bearer ${await token(SECRET, 'orders:read', { sub, tenant: 't1' })}` } : {};
+  const get = async (sub: string | undefined, path = '/v1/orders/ord_ff00000000000000000000', tenant = 't1'): Promise<number> => {
+    const headers: Record<string, string> = sub ? { authorization: `Bearer ${await token(SECRET, 'orders:read', { sub, tenant })}` } : {};
     return answerOf(await gateway.handle(toRequest({ method: 'GET', path, headers }))).status;
   };
   // Counted whatever the answer: 404 for alice, 401 for nobody.
   for (let i = 0; i < 3; i++) t.is(await get('alice'), 404);
   t.is(await get('bob'), 404);
+  // Another tenant's caller of the same name is another caller.
+  t.is(await get('bob', undefined, 't2'), 404);
   t.is(await get(undefined), 401);
   clock.now += 2000; // past midnight: a new day
   t.is(await get('alice'), 404);
@@ -65,14 +67,15 @@ test('calls to a deprecated route are counted per principal and per day, durably
     const [route, ...others] = await readUsage(bus, { top: 10 });
     t.is(others.length, 0);
     t.is(route!.route, ROUTE);
-    t.is(route!.total, 6);
+    t.is(route!.total, 7);
     t.deepEqual(route!.callers, [
-      { principal: 'alice', count: 4, lastDay: '2026-03-02' },
+      { principal: '["t1","alice"]', count: 4, lastDay: '2026-03-02' },
+      { principal: '["t1","bob"]', count: 1, lastDay: '2026-03-01' },
+      { principal: '["t2","bob"]', count: 1, lastDay: '2026-03-01' },
       { principal: 'anonymous', count: 1, lastDay: '2026-03-01' },
-      { principal: 'bob', count: 1, lastDay: '2026-03-01' },
     ]);
     const since = await readUsage(bus, { route: ROUTE, since: '2026-03-02', top: 10 });
-    t.deepEqual(since[0]!.callers, [{ principal: 'alice', count: 1, lastDay: '2026-03-02' }]);
+    t.deepEqual(since[0]!.callers, [{ principal: '["t1","alice"]', count: 1, lastDay: '2026-03-02' }]);
     t.deepEqual(await readUsage(bus, { route: 'GET /v1/orders', top: 10 }), []);
   } finally {
     await bus.close();
