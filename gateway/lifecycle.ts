@@ -41,14 +41,26 @@ const METHODS: readonly string[] = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
 const STATES: readonly string[] = ['deprecated', 'sunsetting', 'retired'];
 const FIELDS = new Set(['method', 'path', 'state', 'deprecatedAt', 'sunsetAt', 'successor', 'guide', 'brownouts']);
 // RFC 3339 date-time with a zone; Date.parse alone accepts too much ("2026", "May 1").
-const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i;
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|[+-](\d{2}):(\d{2}))$/i;
 // A link target: an absolute http(s) URI or an absolute path, no whitespace, quotes or angle brackets.
 const LINK_TARGET = /^(https?:\/\/[^\s<>"]+|\/[^\s<>"]*)$/;
 const MAX_BROWNOUTS = 100;
 const MAX_ENTRIES = 1000;
 
+/**
+ * Whether the fields name a real instant (RFC 3339 §5.7): Date.parse rolls 2026-02-30 over to
+ * March and takes hour 24. A leap second (:60) is not taken either.
+ */
+function realDateTime(m: RegExpExecArray): boolean {
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const days = new Date(Date.UTC(year, month, 0)).getUTCDate();
+  const zoneOk = m[9] === undefined || (Number(m[9]) <= 23 && Number(m[10]) <= 59);
+  return month >= 1 && month <= 12 && day >= 1 && day <= days && hour <= 23 && minute <= 59 && second <= 59 && zoneOk;
+}
+
 function timeOf(where: string, field: string, v: unknown): number {
-  if (typeof v !== 'string' || !RFC3339.test(v) || Number.isNaN(Date.parse(v))) {
+  const m = typeof v === 'string' ? RFC3339.exec(v) : null;
+  if (typeof v !== 'string' || !m || !realDateTime(m) || Number.isNaN(Date.parse(v))) {
     throw new LifecycleError(`${where}: ${field} must be an RFC 3339 date-time such as 2026-05-01T00:00:00Z, got ${JSON.stringify(v)}`);
   }
   return Date.parse(v);
