@@ -85,13 +85,14 @@ export function createGateway(deps: GatewayDeps): Gateway {
       } catch (err) {
         authFailure = err;
       }
+      // A non-active route's headers go on every answer, errors, 429s and 304s included
+      // (CONTRACT §9): the route is known before anything can refuse the request.
+      const match = router.match(req.method, req.path);
+      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params, principal);
       // Right after authentication, before any other work: a caller without a valid token
       // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
-      // is limited too, and a refused request costs no routing, parsing or bus call.
+      // is limited too, and a refused request costs no parsing or bus call.
       quota = limiter.charge(callerKey(principal, req.remoteAddress));
-      const match = router.match(req.method, req.path);
-      // A non-active route's headers go on every answer, errors and 304s included (CONTRACT §9).
-      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params, principal);
       if (authFailure !== undefined) throw authFailure;
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
@@ -151,12 +152,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       res = problemResponse(err, traceId, deps.log);
     }
     if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
-    if (life) {
-      res.headers.deprecation = life.deprecation;
-      if (life.sunset !== undefined) res.headers.sunset = life.sunset;
-      if (life.link !== undefined) res.headers.link = life.link;
-    }
-    return withQuota(res, limiter, quota);
+    return withQuota(withLifecycle(res, life), limiter, quota);
   }
 
   function refuse(req: GatewayRequest, err: unknown): GatewayResponse {
@@ -165,17 +161,30 @@ export function createGateway(deps: GatewayDeps): Gateway {
     // must not wait. An unknown token is charged to the address, like a bad one.
     let quota: string | undefined;
     let problem = err;
+    const principal = deps.auth.cached(req.headers.authorization);
+    const match = router.match(req.method, req.path);
+    const life = match.kind === 'found' && deps.lifecycle ? deps.lifecycle.check(match.route, match.params, principal) : undefined;
     try {
-      quota = limiter.charge(callerKey(deps.auth.cached(req.headers.authorization), req.remoteAddress));
+      quota = limiter.charge(callerKey(principal, req.remoteAddress));
     } catch (limited) {
       problem = limited;
     }
-    return withQuota(problemResponse(problem, traceId, deps.log), limiter, quota);
+    return withQuota(withLifecycle(problemResponse(problem, traceId, deps.log), life), limiter, quota);
   }
 
   const needsAddress = (headers: Record<string, string>): boolean => deps.auth.cached(headers.authorization) === undefined;
 
   return { handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
+}
+
+/** A non-active route's headers (CONTRACT §9), on whatever answer it gets. */
+function withLifecycle(res: GatewayResponse, life: LifecycleCheck | undefined): GatewayResponse {
+  if (life) {
+    res.headers.deprecation = life.deprecation;
+    if (life.sunset !== undefined) res.headers.sunset = life.sunset;
+    if (life.link !== undefined) res.headers.link = life.link;
+  }
+  return res;
 }
 
 /**

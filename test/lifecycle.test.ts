@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
+import { ApiError } from '../common/errors.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
 import { allRoutes, startService } from '../gateway/app.js';
@@ -189,6 +190,34 @@ const refused = (raw: unknown): string => {
   if (!(err instanceof LifecycleError)) throw new Error(`expected a LifecycleError for ${JSON.stringify(raw)}`);
   return err.message;
 };
+
+test('a 429 and a 413 on a deprecated route carry its Deprecation and Link too', async (t) => {
+  const dir = await tempDir('lifecycle-refusals');
+  t.teardown(() => removeDir(dir));
+  const log = silentLog();
+  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 1000, log });
+  t.teardown(() => host.close());
+  const registry = new LifecycleRegistry(() => T0);
+  const routes = allRoutes({}, registry);
+  registry.bind(routes);
+  registry.replace([entry(), entry({ method: 'POST', path: '/v1/orders', successor: '/v2/orders' })]);
+  const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0', RATE_LIMIT_PER_SECOND: '1', RATE_LIMIT_BURST: '1' });
+  const gateway = createGateway({ routes, auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log, lifecycle: registry });
+  t.teardown(() => gateway.close());
+  const headers = { authorization: `Bearer ${await token(SECRET, ALL_SCOPES, { tenant: freshTenant('refusals') })}` };
+  const get = (): Promise<Answer> => gateway.handle(toRequest({ method: 'GET', path: '/v1/orders/ord_ff00000000000000000000', headers })).then(answerOf);
+  // A burst of one per caller. The 413 comes first, charged to the address (its token was not
+  // verified yet); then the token's first GET is served and its second limited.
+  const big = answerOf(gateway.refuse(toRequest({ method: 'POST', path: '/v1/orders', headers }), new ApiError('payload-too-large', 'The body exceeds the limit.')));
+  t.is(big.status, 413);
+  t.truthy(big.headers.deprecation);
+  t.regex(big.headers.link ?? '', /<\/v2\/orders>; rel="successor-version"/);
+  t.is((await get()).status, 404);
+  const limited = await get();
+  assertProblem(t, limited, 429, 'rate-limited');
+  t.truthy(limited.headers.deprecation);
+  t.regex(limited.headers.link ?? '', /rel="successor-version"/);
+});
 
 test('bad entries are refused with a message naming the entry and the field', (t) => {
   t.notThrows(() => parseEntries([entry()], routes));
