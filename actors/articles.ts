@@ -14,19 +14,25 @@ export const ARTICLE_SORTS = ['createdAt'] as const;
  * translation, only the sum of them can be checked here, after a merge patch is applied.
  */
 export const MAX_ARTICLE_TEXT_BYTES = 48 * 1024;
+/** Most translations an article holds, after a merge patch too (the schema bounds each request). */
+export const MAX_LANGUAGES = 20;
 
 type ArticleCommand = CommandOf<'article.create' | 'article.get' | 'article.patch' | 'article.delete'>;
 
 /** Index filter value of one tag; '*' (every article) cannot collide, tags hold no ':'. */
 export const tagFilter = (tag: string): string => `tag:${tag}`;
 
-function invalid(pointer: string, detail: string): ApiError {
-  return new ApiError('validation-failed', `The article is invalid: ${pointer} ${detail}.`, { errors: [{ pointer, detail }] });
-}
-
-/** The rules the schema cannot state: the default language is one of the translations, and the text fits a reply. */
-function checkArticle(a: Pick<ArticleRecord, 'translations' | 'defaultLanguage'>): void {
-  const errors: FieldError[] = [];
+/**
+ * The rules the schema cannot state: the default language is one of the translations, there are
+ * at most MAX_LANGUAGES, and the text fits a reply. Throws with every failure, `earlier` (a merge
+ * patch's) first.
+ */
+function checkArticle(a: Pick<ArticleRecord, 'translations' | 'defaultLanguage'>, earlier: FieldError[] = []): void {
+  const errors = [...earlier];
+  const languages = Object.keys(a.translations).length;
+  if (languages > MAX_LANGUAGES) {
+    errors.push({ pointer: '/translations', detail: `may hold at most ${MAX_LANGUAGES} languages (it would hold ${languages})` });
+  }
   if (!Object.prototype.hasOwnProperty.call(a.translations, a.defaultLanguage)) {
     errors.push({ pointer: '/defaultLanguage', detail: 'must be one of the languages in translations' });
   }
@@ -38,7 +44,8 @@ function checkArticle(a: Pick<ArticleRecord, 'translations' | 'defaultLanguage'>
   if (errors.length) throw new ApiError('validation-failed', `The article has ${errors.length} invalid member${errors.length === 1 ? '' : 's'}.`, { errors });
 }
 
-function mergeTranslations(base: Record<string, Translation>, patch: ArticlePatch['translations']): Record<string, Translation> {
+/** The translations after a merge patch; a new language without a title or a body is pushed to `errors`. */
+function mergeTranslations(base: Record<string, Translation>, patch: ArticlePatch['translations'], errors: FieldError[]): Record<string, Translation> {
   if (patch === undefined) return base;
   const out: Record<string, Translation> = { ...base };
   for (const [lang, t] of Object.entries(patch)) {
@@ -49,9 +56,9 @@ function mergeTranslations(base: Record<string, Translation>, patch: ArticlePatc
     const before = out[lang];
     const title = t.title ?? before?.title;
     const body = t.body ?? before?.body;
-    if (title === undefined) throw invalid(`/translations/${lang}/title`, 'is required for a new language');
-    if (body === undefined) throw invalid(`/translations/${lang}/body`, 'is required for a new language');
-    out[lang] = { title, body };
+    if (title === undefined) errors.push({ pointer: `/translations/${lang}/title`, detail: 'is required for a new language' });
+    if (body === undefined) errors.push({ pointer: `/translations/${lang}/body`, detail: 'is required for a new language' });
+    if (title !== undefined && body !== undefined) out[lang] = { title, body };
   }
   return out;
 }
@@ -82,15 +89,16 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
       case 'article.patch': {
         const article = existingMatching(current, cmd.ifMatch, 'article');
         const { patch } = cmd;
+        const errors: FieldError[] = [];
         const next: ArticleRecord = {
           ...article,
-          translations: mergeTranslations(article.translations, patch.translations),
+          translations: mergeTranslations(article.translations, patch.translations, errors),
           defaultLanguage: patch.defaultLanguage ?? article.defaultLanguage,
           tags: patch.tags ?? article.tags,
           version: article.version + 1,
           updatedAt: now,
         };
-        checkArticle(next);
+        checkArticle(next, errors);
         return { next, reply: next, events: [emit('article.updated', 'article', next, now)] };
       }
 

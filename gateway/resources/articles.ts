@@ -7,7 +7,7 @@
 import { ApiError, type FieldError } from '../../common/errors.js';
 import { newId, partitionOf } from '../../common/ids.js';
 import type { ArticlePatch, ArticleRecord, Translation } from '../../proto/messages.js';
-import { ARTICLE_SORTS } from '../../actors/articles.js';
+import { ARTICLE_SORTS, MAX_LANGUAGES } from '../../actors/articles.js';
 import { insufficientScope, isName } from '../auth.js';
 import {
   LIST_PARAMS,
@@ -38,7 +38,6 @@ const READ_ONLY = ['id', 'title', 'body', 'language', 'availableLanguages', 'cre
 /** CONTRACT §5: what an anonymous read of public content may be cached for. */
 export const PUBLIC_ARTICLE_CACHE = 'public, max-age=60, s-maxage=300, stale-while-revalidate=30';
 
-export const MAX_LANGUAGES = 20;
 export const MAX_TAGS = 20;
 export const MAX_BODY_CHARS = 48 * 1024;
 /** Tags are slugs: they appear in URLs (`?tag=`) and index keys, so one spelling per tag. */

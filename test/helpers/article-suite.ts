@@ -252,6 +252,20 @@ export function registerArticleSuite(test: TestFn<SuiteContext>): void {
     assertProblem(t, await c.patch(`/v1/articles/${id}`, { translations: { en: null } }), 422, 'validation-failed', { pointer: '/defaultLanguage' });
     assertProblem(t, await c.patch(`/v1/articles/${id}`, { translations: { it: { title: 'Ciao' } } }), 422, 'validation-failed', { pointer: '/translations/it/body' });
     assertProblem(t, await c.patch(`/v1/articles/${id}`, { language: 'de' }), 422, 'validation-failed', { pointer: '/language', detail: /read-only/ });
+    // Every failure of a patch at once: two incomplete new languages and a default that is none.
+    const several = await c.patch(`/v1/articles/${id}`, { translations: { zz: { title: 'x' }, yy: { body: 'y' } }, defaultLanguage: 'qq' });
+    assertProblem(t, several, 422, 'validation-failed');
+    t.deepEqual((several.json.errors as { pointer: string }[]).map((e) => e.pointer).sort(), ['/defaultLanguage', '/translations/yy/title', '/translations/zz/body']);
+    // Merged, no more than 20 languages, however few each patch adds.
+    const langs = (from: number, n: number): Record<string, { title: string; body: string }> =>
+      Object.fromEntries(Array.from({ length: n }, (_, i) => [`x${String.fromCharCode(97 + Math.floor((from + i) / 26))}${String.fromCharCode(97 + ((from + i) % 26))}`, { title: 't', body: 'b' }]));
+    const before = await c.get(`/v1/articles/${id}`);
+    const total = Object.keys(BODY.translations).length;
+    t.is((await c.patch(`/v1/articles/${id}`, { translations: langs(0, 20 - total) })).status, 200, 'up to 20');
+    const over = await c.patch(`/v1/articles/${id}`, { translations: langs(20, 1) });
+    assertProblem(t, over, 422, 'validation-failed', { pointer: '/translations', detail: /at most 20 languages/ });
+    t.is((await c.get(`/v1/articles/${id}`)).json.availableLanguages.length, 20);
+    t.not((await c.get(`/v1/articles/${id}`)).headers.etag, before.headers.etag);
     const ok = await c.patch(`/v1/articles/${id}`, { defaultLanguage: 'DE' });
     t.is(ok.status, 200, ok.text);
     t.is((await c.get(`/v1/articles/${id}`, { 'accept-language': 'ja' })).json.language, 'de', 'the new default serves unmatched requests');
