@@ -3,10 +3,14 @@
 // entries stay), and rewritten atomically when the operator plane changes an entry, so every
 // other gateway watching the same file picks the change up.
 
-import { readFileSync, renameSync, unwatchFile, watchFile, writeFileSync, existsSync, openSync, fsyncSync, closeSync } from 'node:fs';
+import { readFileSync, renameSync, unwatchFile, watchFile, writeFileSync, existsSync, openSync, fsyncSync, closeSync, statSync, unlinkSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { basename, dirname, join } from 'node:path';
 import type { Logger } from '../common/log.js';
 import { LifecycleError, type LifecycleEntry, type LifecycleRegistry } from './lifecycle.js';
+
+/** A lock file older than this was left by a gateway that died holding it. */
+const STALE_LOCK_MS = 10_000;
 
 export class LifecycleFile {
   private lastText: string | undefined;
@@ -66,6 +70,37 @@ export class LifecycleFile {
     }
     renameSync(tmp, this.path);
     this.lastText = text;
+  }
+
+  /**
+   * Takes the lock file beside DEPRECATIONS_FILE, so one gateway at a time reads, changes and
+   * writes it: a change made through another gateway a moment before is read, not overwritten.
+   * Resolves to its release; throws when another holds it past `timeoutMs`.
+   */
+  async lock(timeoutMs = 5000): Promise<() => void> {
+    const lockPath = `${this.path}.lock`;
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        closeSync(openSync(lockPath, 'wx'));
+        return () => {
+          try {
+            unlinkSync(lockPath);
+          } catch {
+            // Gone already (taken as stale by another gateway): nothing to release.
+          }
+        };
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      try {
+        if (Date.now() - statSync(lockPath).mtimeMs > STALE_LOCK_MS) unlinkSync(lockPath);
+      } catch {
+        // Released meanwhile: try again.
+      }
+      if (Date.now() >= deadline) throw new Error(`${lockPath} is held by another gateway`);
+      await sleep(20);
+    }
   }
 
   close(): void {

@@ -151,26 +151,46 @@ export async function startOperator(deps: OperatorDeps, host: string, port: numb
     };
   };
 
+  /** One change to the entries, written back to the file when there is one (its lock held). */
+  const change = (registry: LifecycleRegistry, file: LifecycleFile | undefined, req: ChangeRequest): ReturnType<typeof listed> => {
+    const before = registry.entries();
+    const next = changed(before, req, registry.now());
+    registry.replace(next); // a LifecycleError here is INVALID_ARGUMENT, and nothing changed
+    let persisted = false;
+    if (file) {
+      try {
+        file.write(registry.entries());
+        persisted = true;
+      } catch (err) {
+        registry.replace(before);
+        deps.log.error({ err: (err as Error).message, file: file.path }, 'lifecycle change not written back; undone');
+        throw fail(grpc.status.UNAVAILABLE, `the change could not be written to DEPRECATIONS_FILE (${(err as Error).message}); nothing changed`);
+      }
+    }
+    deps.log.info({ action: req.action, method: req.method, path: req.path, persisted }, 'lifecycle changed');
+    return listed(registry, persisted);
+  };
+
   server.addService(operator.service, {
     listLifecycle: guarded('ListLifecycle', () => listed(needLifecycle().registry, false)),
-    changeLifecycle: guarded('ChangeLifecycle', (req: ChangeRequest) => {
+    changeLifecycle: guarded('ChangeLifecycle', async (req: ChangeRequest) => {
       const { registry, file } = needLifecycle();
-      const before = registry.entries();
-      const next = changed(before, req, registry.now());
-      registry.replace(next); // a LifecycleError here is INVALID_ARGUMENT, and nothing changed
-      let persisted = false;
+      let release: (() => void) | undefined;
       if (file) {
         try {
-          file.write(registry.entries());
-          persisted = true;
+          release = await file.lock();
         } catch (err) {
-          registry.replace(before);
-          deps.log.error({ err: (err as Error).message, file: file.path }, 'lifecycle change not written back; undone');
-          throw fail(grpc.status.UNAVAILABLE, `the change could not be written to DEPRECATIONS_FILE (${(err as Error).message}); nothing changed`);
+          throw fail(grpc.status.UNAVAILABLE, `DEPRECATIONS_FILE could not be locked (${(err as Error).message}); nothing changed`);
         }
       }
-      deps.log.info({ action: req.action, method: req.method, path: req.path, persisted }, 'lifecycle changed');
-      return listed(registry, persisted);
+      try {
+        // The change applies to the file as it is now: another gateway may have changed it since
+        // this one last polled it.
+        file?.reload();
+        return change(registry, file, req);
+      } finally {
+        release?.();
+      }
     }),
     getUsage: guarded('GetUsage', async (req: { route: string; since: string; top: number }) => {
       if (!deps.readUsage) throw fail(grpc.status.UNIMPLEMENTED, 'usage is read through a gateway');

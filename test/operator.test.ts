@@ -274,6 +274,22 @@ test.serial('cluster: counts add up over gateways, a change reaches the other ga
     }
     t.is(gone, 410, 'the other gateway picked the change up from the file');
     t.is((await unary(op1, 'listLifecycle', {}, adminToken)).entries[0].state, 'retired');
+    // Two changes through two gateways at once, the second before its gateway polled the file
+    // for the first: both land, in the file and on both gateways.
+    await Promise.all([
+      unary(op0, 'changeLifecycle', { action: 'DEPRECATE', method: 'GET', path: '/v1/articles' }, adminToken),
+      unary(op1, 'changeLifecycle', { action: 'DEPRECATE', method: 'GET', path: '/v1/events' }, adminToken),
+    ]);
+    const paths = async (op: grpc.Client): Promise<string[]> =>
+      ((await unary(op, 'listLifecycle', {}, adminToken)).entries as { path: string }[]).map((e) => e.path).sort();
+    let seen: string[] = [];
+    for (let tries = 0; tries < 60; tries++) {
+      seen = await paths(op0);
+      if (seen.length === 3 && (await paths(op1)).length === 3) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    t.deepEqual(seen, ['/v1/articles', '/v1/events', ROUTE].sort());
+    t.deepEqual(await paths(op1), seen);
 
     const node = new Health(`127.0.0.1:${actorPort}`, grpc.credentials.createInsecure());
     clients.push(node);
