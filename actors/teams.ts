@@ -71,6 +71,19 @@ export function memberRemovals(dropped: Write<unknown>[], now: number): EventRec
   return dropped.flatMap((w) => (w.before ? [emit('team.member.removed', 'membership', w.before as MembershipRecord, now)] : []));
 }
 
+let lastStamp = 0;
+
+/**
+ * Versions of memberships: hundredths of a millisecond of the write, and above every stamp this
+ * process gave before, so strictly increasing (a team's memberships have one owner, one process).
+ * A restart starts again from the clock, ahead of the last process's stamps unless that one gave
+ * more than a hundred a millisecond. 15 digits: what an ETag's version may hold.
+ */
+export function membershipStamp(now: number): number {
+  lastStamp = Math.max(now * 100, lastStamp + 1);
+  return lastStamp;
+}
+
 export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan {
   const writes: Write<unknown>[] = [];
   switch (cmd.kind) {
@@ -94,16 +107,16 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
       }
       if (t.members.get(cmd.id)) throw new ApiError('conflict', 'The user is already a member of this team.');
       // A membership's id is (team, user), so one removed and added again has the same id: its
-      // version is a time (ms), never one an earlier membership of the pair had, so neither its
-      // ETag nor a kept rendering of the earlier one can stand for it.
-      const m: MembershipRecord = { id: cmd.id, tenant: cmd.tenant, version: now, teamId: cmd.teamId, userId: cmd.userId, role: cmd.role, joinedAt: now, updatedAt: now };
+      // version is a stamp (membershipStamp), never one an earlier membership of the pair had,
+      // so neither its ETag nor a kept rendering of the earlier one can stand for it.
+      const m: MembershipRecord = { id: cmd.id, tenant: cmd.tenant, version: membershipStamp(now), teamId: cmd.teamId, userId: cmd.userId, role: cmd.role, joinedAt: now, updatedAt: now };
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: undefined, after: m });
       return { writes, reply: m, events: [emit('team.member.added', 'membership', m, now)] };
     }
     case 'member.patch': {
       const stored = t.members.get(cmd.id);
       const m = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
-      const next: MembershipRecord = { ...m, role: cmd.role, version: Math.max(m.version + 1, now), updatedAt: now };
+      const next: MembershipRecord = { ...m, role: cmd.role, version: membershipStamp(now), updatedAt: now };
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: next });
       return { writes, reply: next };
     }
