@@ -5,6 +5,7 @@
 
 import { readFileSync, renameSync, unwatchFile, watchFile, writeFileSync, existsSync, openSync, fsyncSync, closeSync, statSync, unlinkSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { randomUUID } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 import type { Logger } from '../common/log.js';
 import { LifecycleError, type LifecycleEntry, type LifecycleRegistry } from './lifecycle.js';
@@ -75,17 +76,19 @@ export class LifecycleFile {
   /**
    * Takes the lock file beside DEPRECATIONS_FILE, so one gateway at a time reads, changes and
    * writes it: a change made through another gateway a moment before is read, not overwritten.
-   * Resolves to its release; throws when another holds it past `timeoutMs`.
+   * Resolves to its release; throws when another holds it past `timeoutMs`. The file holds a
+   * token of this holder: a release removes only its own lock.
    */
   async lock(timeoutMs = 5000): Promise<() => void> {
     const lockPath = `${this.path}.lock`;
+    const token = `${process.pid}-${randomUUID()}`;
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       try {
-        closeSync(openSync(lockPath, 'wx'));
+        writeFileSync(lockPath, token, { flag: 'wx' });
         return () => {
           try {
-            unlinkSync(lockPath);
+            if (readFileSync(lockPath, 'utf8') === token) unlinkSync(lockPath);
           } catch {
             // Gone already (taken as stale by another gateway): nothing to release.
           }
@@ -93,11 +96,7 @@ export class LifecycleFile {
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       }
-      try {
-        if (Date.now() - statSync(lockPath).mtimeMs > STALE_LOCK_MS) unlinkSync(lockPath);
-      } catch {
-        // Released meanwhile: try again.
-      }
+      breakIfStale(lockPath);
       if (Date.now() >= deadline) throw new Error(`${lockPath} is held by another gateway`);
       await sleep(20);
     }
@@ -122,5 +121,40 @@ export class LifecycleFile {
       throw err;
     }
     this.lastText = text;
+  }
+}
+
+/**
+ * Removes a lock older than STALE_LOCK_MS (its gateway died holding it). One breaker at a time,
+ * through a second exclusive file, and only the very lock seen stale (same inode and time): a
+ * breaker that decided late cannot remove a lock taken meanwhile.
+ */
+function breakIfStale(lockPath: string): void {
+  let seen;
+  try {
+    seen = statSync(lockPath);
+  } catch {
+    return; // released meanwhile
+  }
+  if (Date.now() - seen.mtimeMs <= STALE_LOCK_MS) return;
+  const breaker = `${lockPath}.break`;
+  try {
+    writeFileSync(breaker, '', { flag: 'wx' });
+  } catch {
+    // Another breaker is at it, or died at it (then its file goes once stale itself).
+    try {
+      if (Date.now() - statSync(breaker).mtimeMs > STALE_LOCK_MS) unlinkSync(breaker);
+    } catch {
+      // Gone meanwhile.
+    }
+    return;
+  }
+  try {
+    const now = statSync(lockPath);
+    if (now.ino === seen.ino && now.mtimeMs === seen.mtimeMs) unlinkSync(lockPath);
+  } catch {
+    // Released meanwhile.
+  } finally {
+    unlinkSync(breaker);
   }
 }

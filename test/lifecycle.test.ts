@@ -3,7 +3,7 @@
 // naming the successor; the schedule at /v1/deprecations; refusal of bad entries, at start and
 // when the file changes.
 
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
@@ -217,6 +217,31 @@ test('a 429 and a 413 on a deprecated route carry its Deprecation and Link too',
   assertProblem(t, limited, 429, 'rate-limited');
   t.truthy(limited.headers.deprecation);
   t.regex(limited.headers.link ?? '', /rel="successor-version"/);
+});
+
+test('the DEPRECATIONS_FILE lock: one holder at a time, a stale lock taken over, a release removes only its own', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'lifecycle-lock-'));
+  t.teardown(() => removeDir(dir));
+  const path = join(dir, 'deprecations.json');
+  await writeFile(path, '[]');
+  const a = new LifecycleFile(path, new LifecycleRegistry(), silentLog());
+  const b = new LifecycleFile(path, new LifecycleRegistry(), silentLog());
+  const releaseA = await a.lock();
+  await t.throwsAsync(b.lock(100), { message: /held by another gateway/ });
+  releaseA();
+  const releaseB = await b.lock(100);
+  // A's release again (late, say): B's lock stays.
+  releaseA();
+  await t.throwsAsync(a.lock(100), { message: /held by another gateway/ });
+  releaseB();
+  // A lock left by a gateway that died, 11 s ago: taken over.
+  await writeFile(`${path}.lock`, 'dead-gateway');
+  const old = new Date(Date.now() - 11_000);
+  await utimes(`${path}.lock`, old, old);
+  const releaseC = await a.lock(1000);
+  t.is(await readFile(`${path}.lock`, 'utf8') === 'dead-gateway', false);
+  releaseC();
+  await t.throwsAsync(readFile(`${path}.lock`), { code: 'ENOENT' });
 });
 
 test('bad entries are refused with a message naming the entry and the field', (t) => {
