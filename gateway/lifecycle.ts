@@ -236,12 +236,11 @@ export class LifecycleRegistry {
   }
 
   /** Undefined for an active route: the common case costs one Map miss. */
-  check(route: RouteDef, params: Record<string, string>, principal: Principal | undefined): LifecycleCheck | undefined {
+  check(route: RouteDef, params: Record<string, string>, principal: Principal | undefined, counted = true): LifecycleCheck | undefined {
     const c = this.byRoute.get(route);
     if (!c) return undefined;
     const now = this.now();
-    // Per tenant and sub: two tenants' callers of one name are two callers.
-    this.usage?.count(c.key, principal?.caller ?? 'anonymous', now);
+    if (counted) this.countCall(c, principal, now);
     let successor = c.entry.successor;
     let check = c.fixed;
     if (c.successorParts) {
@@ -256,6 +255,17 @@ export class LifecycleRegistry {
     if (successor) members.successor = successor;
     if (c.entry.guide) members.guide = c.entry.guide;
     return { ...check, gone: new ApiError('gone', detail, { headers: lifecycleHeaders(check), members }) };
+  }
+
+  /** Counts a call to a non-active route, for one checked without counting (`check(..., false)`). */
+  count(route: RouteDef, principal: Principal | undefined): void {
+    const c = this.byRoute.get(route);
+    if (c) this.countCall(c, principal, this.now());
+  }
+
+  private countCall(c: Compiled, principal: Principal | undefined, now: number): void {
+    // Per tenant and sub: two tenants' callers of one name are two callers.
+    this.usage?.count(c.key, principal?.caller ?? 'anonymous', now);
   }
 }
 

@@ -88,11 +88,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
       // A non-active route's headers go on every answer, errors, 429s and 304s included
       // (CONTRACT §9): the route is known before anything can refuse the request.
       const match = router.match(req.method, req.path);
-      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params, principal);
+      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params, principal, false);
       // Right after authentication, before any other work: a caller without a valid token
       // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
       // is limited too, and a refused request costs no parsing or bus call.
       quota = limiter.charge(callerKey(principal, req.remoteAddress));
+      // Residual traffic counts the calls let in, not those the limiter turned away.
+      if (life && match.kind === 'found') deps.lifecycle!.count(match.route, principal);
       if (authFailure !== undefined) throw authFailure;
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
@@ -163,7 +165,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
     let problem = err;
     const principal = deps.auth.cached(req.headers.authorization);
     const match = router.match(req.method, req.path);
-    const life = match.kind === 'found' && deps.lifecycle ? deps.lifecycle.check(match.route, match.params, principal) : undefined;
+    // Headers only: a request refused at the edge is not a call the route served.
+    const life = match.kind === 'found' && deps.lifecycle ? deps.lifecycle.check(match.route, match.params, principal, false) : undefined;
     try {
       quota = limiter.charge(callerKey(principal, req.remoteAddress));
     } catch (limited) {

@@ -197,7 +197,8 @@ test('a 429 and a 413 on a deprecated route carry its Deprecation and Link too',
   const log = silentLog();
   const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 1000, log });
   t.teardown(() => host.close());
-  const registry = new LifecycleRegistry(() => T0);
+  const counted: string[] = [];
+  const registry = new LifecycleRegistry(() => T0, { count: (route) => void counted.push(route) });
   const routes = allRoutes({}, registry);
   registry.bind(routes);
   registry.replace([entry(), entry({ method: 'POST', path: '/v1/orders', successor: '/v2/orders' })]);
@@ -217,6 +218,7 @@ test('a 429 and a 413 on a deprecated route carry its Deprecation and Link too',
   assertProblem(t, limited, 429, 'rate-limited');
   t.truthy(limited.headers.deprecation);
   t.regex(limited.headers.link ?? '', /rel="successor-version"/);
+  t.deepEqual(counted, ['GET /v1/orders/{orderId}'], 'only the call let in counts as residual traffic');
 });
 
 test('the DEPRECATIONS_FILE lock: one holder at a time, a stale lock taken over, a release removes only its own', async (t) => {
