@@ -256,6 +256,8 @@ export function registerArticleSuite(test: TestFn<SuiteContext>): void {
     const several = await c.patch(`/v1/articles/${id}`, { translations: { zz: { title: 'x' }, yy: { body: 'y' } }, defaultLanguage: 'qq' });
     assertProblem(t, several, 422, 'validation-failed');
     t.deepEqual((several.json.errors as { pointer: string }[]).map((e) => e.pointer).sort(), ['/defaultLanguage', '/translations/yy/title', '/translations/zz/body']);
+    const incomplete = await c.patch(`/v1/articles/${id}`, { translations: { it: { title: 'Ciao' } }, defaultLanguage: 'it' });
+    t.deepEqual((incomplete.json.errors as { pointer: string }[]).map((e) => e.pointer), ['/translations/it/body'], 'one failure, not a second about the default');
     // Merged, no more than 20 languages, however few each patch adds.
     const langs = (from: number, n: number): Record<string, { title: string; body: string }> =>
       Object.fromEntries(Array.from({ length: n }, (_, i) => [`x${String.fromCharCode(97 + Math.floor((from + i) / 26))}${String.fromCharCode(97 + ((from + i) % 26))}`, { title: 't', body: 'b' }]));
