@@ -236,11 +236,10 @@ export class LifecycleRegistry {
   }
 
   /** Undefined for an active route: the common case costs one Map miss. */
-  check(route: RouteDef, params: Record<string, string>, principal: Principal | undefined, counted = true): LifecycleCheck | undefined {
+  check(route: RouteDef, params: Record<string, string>): LifecycleCheck | undefined {
     const c = this.byRoute.get(route);
     if (!c) return undefined;
     const now = this.now();
-    if (counted) this.countCall(c, principal, now);
     let successor = c.entry.successor;
     let check = c.fixed;
     if (c.successorParts) {
@@ -257,21 +256,17 @@ export class LifecycleRegistry {
     return { ...check, gone: new ApiError('gone', detail, { headers: lifecycleHeaders(check), members }) };
   }
 
-  /** Counts a call to a non-active route, for one checked without counting (`check(..., false)`). */
+  /** Counts a call to a non-active route (residual traffic), once the call is let in. */
   count(route: RouteDef, principal: Principal | undefined): void {
     const c = this.byRoute.get(route);
-    if (c) this.countCall(c, principal, this.now());
-  }
-
-  private countCall(c: Compiled, principal: Principal | undefined, now: number): void {
     // Per tenant and sub: two tenants' callers of one name are two callers.
-    this.usage?.count(c.key, principal?.caller ?? 'anonymous', now);
+    if (c) this.usage?.count(c.key, principal?.caller ?? 'anonymous', this.now());
   }
 }
 
-/** The check's fields as response headers. */
-export function lifecycleHeaders(check: LifecycleCheck): Record<string, string> {
-  const headers: Record<string, string> = { deprecation: check.deprecation };
+/** The check's fields as response headers, set on `headers` (a new object unless given). */
+export function lifecycleHeaders(check: LifecycleCheck, headers: Record<string, string> = {}): Record<string, string> {
+  headers.deprecation = check.deprecation;
   if (check.sunset !== undefined) headers.sunset = check.sunset;
   if (check.link !== undefined) headers.link = check.link;
   return headers;

@@ -23,7 +23,7 @@ import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
 import { relink, type ApiVersion } from './versions.js';
-import type { LifecycleCheck, LifecycleRegistry } from './lifecycle.js';
+import { lifecycleHeaders, type LifecycleCheck, type LifecycleRegistry } from './lifecycle.js';
 
 const VARY_ANON = 'Accept, Accept-Encoding';
 const VARY_AUTH = 'Accept, Accept-Encoding, Authorization';
@@ -88,7 +88,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       // A non-active route's headers go on every answer, errors, 429s and 304s included
       // (CONTRACT §9): the route is known before anything can refuse the request.
       const match = router.match(req.method, req.path);
-      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params, principal, false);
+      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params);
       // Right after authentication, before any other work: a caller without a valid token
       // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
       // is limited too, and a refused request costs no parsing or bus call.
@@ -166,7 +166,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const principal = deps.auth.cached(req.headers.authorization);
     const match = router.match(req.method, req.path);
     // Headers only: a request refused at the edge is not a call the route served.
-    const life = match.kind === 'found' && deps.lifecycle ? deps.lifecycle.check(match.route, match.params, principal, false) : undefined;
+    const life = match.kind === 'found' && deps.lifecycle ? deps.lifecycle.check(match.route, match.params) : undefined;
     try {
       quota = limiter.charge(callerKey(principal, req.remoteAddress));
     } catch (limited) {
@@ -182,11 +182,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
 /** A non-active route's headers (CONTRACT §9), on whatever answer it gets. */
 function withLifecycle(res: GatewayResponse, life: LifecycleCheck | undefined): GatewayResponse {
-  if (life) {
-    res.headers.deprecation = life.deprecation;
-    if (life.sunset !== undefined) res.headers.sunset = life.sunset;
-    if (life.link !== undefined) res.headers.link = life.link;
-  }
+  if (life) lifecycleHeaders(life, res.headers);
   return res;
 }
 
