@@ -55,11 +55,15 @@ export interface DispatchOptions {
   perEndpoint?: number;
   /** Signs deliveries (tests put one in that fails). */
   signer?: Signer;
-  /**
-   * How long events are kept (EVENT_RETENTION_DAYS; the host fills it in): no attempt is planned
-   * after its event is swept, whatever the jitter or a Retry-After would make the wait.
-   */
-  eventRetentionMs?: number;
+}
+
+/**
+ * What the host adds to DispatchOptions: how long events are kept (its sweep's retention). No
+ * attempt is planned after its event is swept, whatever the jitter or a Retry-After would make
+ * the wait.
+ */
+export interface DispatcherSettings extends DispatchOptions {
+  eventRetentionMs: number;
 }
 
 interface HostLink {
@@ -125,8 +129,6 @@ const BODY_CACHE_CHARS = 4 * 1024 * 1024;
 const REMOTE_ENDPOINTS_KEPT = 50_000;
 /** How long one DNS answer (checked) serves deliveries to its host. */
 const RESOLVE_CACHE_MS = 1000;
-/** EVENT_RETENTION_DAYS' default, when the host names none. */
-const DEFAULT_RETENTION_MS = 30 * 86_400_000;
 /** Endpoints whose failing clock is kept; past it the oldest clock is forgotten (restarts later). */
 const MAX_FAILING = 100_000;
 
@@ -177,7 +179,7 @@ export class Dispatcher {
 
   constructor(
     private readonly store: Store,
-    private readonly opts: DispatchOptions,
+    private readonly opts: DispatcherSettings,
     private readonly host: HostLink,
   ) {
     this.events = store.table(EVENTS);
@@ -853,7 +855,7 @@ export class Dispatcher {
     const delay = Math.max(jittered, Math.min(res.retryAfterMs ?? 0, longest));
     // The event is swept once its retention ends; the last attempt comes before that, sooner
     // than the wait would have it if need be (the sweep's margin: a hundredth, at most a minute).
-    const retention = this.opts.eventRetentionMs ?? DEFAULT_RETENTION_MS;
+    const retention = this.opts.eventRetentionMs;
     const lastChance = eventAt + retention - Math.min(60_000, retention / 100);
     if (lastChance <= now) return this.settled(d, { ...base, outcome: 'failed', error: base.error ?? 'the event is not kept long enough for another attempt' }, undefined);
     return this.settled(d, { ...base, outcome: 'retry' }, Math.min(now + Math.round(delay), Math.floor(lastChance)));

@@ -225,7 +225,7 @@ export class ActorHost implements ActorEndpoint {
       this.resumeOperations();
     }, SWEEP_EVERY_MS).unref();
     this.dispatcher = opts.webhooks
-      ? new Dispatcher(this.store, { eventRetentionMs: opts.eventRetentionMs, ...opts.webhooks }, {
+      ? new Dispatcher(this.store, { ...opts.webhooks, eventRetentionMs: this.eventRetentionMs }, {
           owns: (p) => this.owns(p),
           ownedEndpoints: (tenant) => this.ownedEndpoints.of(tenant),
           send: (cmd) => this.handle(cmd),
@@ -239,7 +239,12 @@ export class ActorHost implements ActorEndpoint {
   /** Forgets events and settled deliveries older than EVENT_RETENTION_DAYS, a chunk per transaction. */
   sweepEvents(): Promise<number> {
     const deliveries = this.actors.delivery.table as unknown as Table<DeliveryRecord>;
-    return sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - (this.opts.eventRetentionMs ?? 30 * DAY_MS), SWEEP_BATCH);
+    return sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - this.eventRetentionMs, SWEEP_BATCH);
+  }
+
+  /** How long events are kept (EVENT_RETENTION_DAYS): the sweep's cutoff, and the dispatcher's last retry. */
+  private get eventRetentionMs(): number {
+    return this.opts.eventRetentionMs ?? 30 * DAY_MS;
   }
 
   owns(partition: number): boolean {
@@ -420,13 +425,10 @@ export class ActorHost implements ActorEndpoint {
   }
 
   /**
-   * Starts a job for unfinished operations this node owns that have none, oldest first, as many
-   * as the runner has room for; the rest wait for the next pass.
-   */
-  /**
-   * Starts open operations while the runner has room: from where the last pass stopped, wrapping
-   * around once, so operations that run or rest (refund-runner.ts) are passed over once per round
-   * rather than read again by every pass; at most RESUME_SCAN of them per pass.
+   * Starts jobs for unfinished operations this node owns that have none, while the runner has
+   * room: from where the last pass stopped, wrapping around once, so operations that run or rest
+   * (refund-runner.ts) are passed over once per round rather than read again by every pass; at
+   * most RESUME_SCAN of them per pass.
    */
   private resumeOperations(): void {
     if (this.closing) return;

@@ -79,7 +79,12 @@ export class RefundRunner {
   /** Operations whose job gave up its slot: when they may run again, and the failures so far. */
   private readonly resting = new Map<string, { until: number; failures: number }>();
 
-  constructor(private readonly deps: RunnerDeps) {}
+  /** Pauses after failed calls. */
+  private readonly backoff: readonly number[];
+
+  constructor(private readonly deps: RunnerDeps) {
+    this.backoff = deps.backoffMs ?? BACKOFF_MS;
+  }
 
   /** Room for more jobs right now. */
   get room(): number {
@@ -157,8 +162,7 @@ export class RefundRunner {
         // After YIELD_AFTER_FAILURES in a row, and then after each single failure, the job gives
         // up its slot; a resume pass after the longest backoff takes it up again.
         if (inRun >= YIELD_AFTER_FAILURES || failures > YIELD_AFTER_FAILURES) {
-          const backoff = this.deps.backoffMs ?? BACKOFF_MS;
-          this.rest(opId, backoff[backoff.length - 1]!, failures);
+          this.rest(opId, this.backoff[this.backoff.length - 1]!, failures);
           return;
         }
       }
@@ -168,8 +172,7 @@ export class RefundRunner {
         await commit(orderId, 'refund.finish', (now) => planRefundFinish(opId, result, tables, now, retentionMs));
         return;
       }
-      const backoff = this.deps.backoffMs ?? BACKOFF_MS;
-      await sleep(backoff[Math.min(failures - 1, backoff.length - 1)], undefined, { signal: this.stop.signal });
+      await sleep(this.backoff[Math.min(failures - 1, this.backoff.length - 1)], undefined, { signal: this.stop.signal });
     }
   }
 }
