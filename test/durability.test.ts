@@ -4,32 +4,19 @@
 // client must be there, byte for byte, and in the list. With Idempotency-Keys, every retry after
 // the restart replays what committed and creates what did not: one order per key.
 
-import type { ChildProcess } from 'node:child_process';
 import anyTest, { type TestFn } from 'ava';
 import { Pool } from 'undici';
-import { exited, killAll, startChild, START_WITHIN_MS, type Running } from './helpers/child-service.js';
+import { exited, startChild, START_WITHIN_MS, useChildren, type ChildContext, type Running } from './helpers/child-service.js';
 import { removeDir, tempDir, token } from './helpers/edge-kit.js';
 
-interface Context {
-  dir: string;
-  children: Set<ChildProcess>;
-}
-
-const test = anyTest as TestFn<Context>;
+const test = anyTest as TestFn<ChildContext>;
 const SECRET = 'durability-test-secret-0123456789abcdef';
 const LOOPS = 32;
 const STORM_MAX_MS = 3000;
 
-test.before(async (t) => {
-  t.context = { dir: await tempDir('durability'), children: new Set() };
-});
+useChildren(test, 'durability');
 
-test.after.always(async (t) => {
-  killAll(t.context.children);
-  await removeDir(t.context.dir);
-});
-
-function start(t: { context: Context }, dir = t.context.dir): Promise<Running> {
+function start(t: { context: ChildContext }, dir = t.context.dir): Promise<Running> {
   return startChild(t.context.children, dir, SECRET);
 }
 

@@ -238,7 +238,7 @@ test('refunds a processor keeps failing give up their slots after a while: anoth
     const a = await paid(host, 1000);
     const b = await paid(host, 700);
     const first = await startRefund(host, a);
-    stuck = read<OperationRecord>(host, 'operation.get', first.id).ok ? (read<OperationRecord>(host, 'operation.get', first.id) as { value: OperationRecord }).value.refundId : '';
+    stuck = first.refundId;
     t.truthy(stuck);
     // The only slot is taken by the failing refund; these wait, then run once it yields, one
     // after the other, each pass going on past the one before.

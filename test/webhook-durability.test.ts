@@ -3,33 +3,20 @@
 // and restarts on the same DATA_DIR. Every (endpoint, event) pair must then arrive, each event
 // with the id it was given when its write committed (the ids GET /v1/events lists).
 
-import type { ChildProcess } from 'node:child_process';
 import anyTest, { type TestFn } from 'ava';
 import { HttpClient } from './helpers/client.js';
-import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
-import { removeDir, tempDir, token } from './helpers/edge-kit.js';
+import { exited, startChild, useChildren, type ChildContext, type Running } from './helpers/child-service.js';
+import { token } from './helpers/edge-kit.js';
 import { startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
 
-interface Context {
-  dir: string;
-  children: Set<ChildProcess>;
-}
-
-const test = anyTest as TestFn<Context>;
+const test = anyTest as TestFn<ChildContext>;
 const SECRET = 'webhook-durability-secret-0123456789abcdef';
 const ENDPOINTS = 20;
 const ORDERS = 100;
 
-test.before(async (t) => {
-  t.context = { dir: await tempDir('webhook-durability'), children: new Set() };
-});
+useChildren(test, 'webhook-durability');
 
-test.after.always(async (t) => {
-  killAll(t.context.children);
-  await removeDir(t.context.dir);
-});
-
-function start(t: { context: Context }): Promise<Running> {
+function start(t: { context: ChildContext }): Promise<Running> {
   return startChild(t.context.children, t.context.dir, SECRET, { LOG_LEVEL: 'error', WEBHOOK_ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_RETRY_SCHEDULE: '1,1,1,1,1' });
 }
 

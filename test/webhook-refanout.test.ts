@@ -13,7 +13,6 @@
 // that another endpoint's delivery of the same event already holds (a hash clash), an event
 // whose body cannot be rendered, and first attempts whose signatures fail (stored pending, unsent).
 
-import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
@@ -27,28 +26,16 @@ import { Signer, type SignedPart } from '../actors/signer.js';
 import type { SignTask } from '../common/webhook-signature.js';
 import { Store, type Table } from '../storage/store.js';
 import { HttpClient } from './helpers/client.js';
-import { exited, killAll, startChild, type Running } from './helpers/child-service.js';
+import { exited, startChild, useChildren, type ChildContext, type Running } from './helpers/child-service.js';
 import { removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
 import { deliveries, endpointCreate, ok, startReceiver, until, WEBHOOK_SCOPES, type Receiver } from './helpers/webhook-kit.js';
 
-interface Context {
-  dir: string;
-  children: Set<ChildProcess>;
-}
-
-const test = anyTest as TestFn<Context>;
+const test = anyTest as TestFn<ChildContext>;
 const SECRET = 'webhook-refanout-secret-0123456789abcdef';
 
-test.before(async (t) => {
-  t.context = { dir: await tempDir('webhook-refanout'), children: new Set() };
-});
+useChildren(test, 'webhook-refanout');
 
-test.after.always(async (t) => {
-  killAll(t.context.children);
-  await removeDir(t.context.dir);
-});
-
-function start(t: { context: Context }): Promise<Running> {
+function start(t: { context: ChildContext }): Promise<Running> {
   // A timeout longer than the test: the slow receiver's first attempt is still out at the kill.
   return startChild(t.context.children, t.context.dir, SECRET, { LOG_LEVEL: 'error', WEBHOOK_ALLOW_PRIVATE_TARGETS: '1', WEBHOOK_TIMEOUT_MS: '60000' });
 }

@@ -3,7 +3,8 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { ROOT } from './edge-kit.js';
+import type { TestFn } from 'ava';
+import { removeDir, ROOT, tempDir } from './edge-kit.js';
 
 export interface Running {
   child: ChildProcess;
@@ -54,4 +55,21 @@ export function exited(child: ChildProcess): Promise<{ code: number | null; sign
 /** Kills every child still running. */
 export function killAll(children: Set<ChildProcess>): void {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+}
+
+/** What a test file that runs the service as child processes keeps: their data, and them. */
+export interface ChildContext {
+  dir: string;
+  children: Set<ChildProcess>;
+}
+
+/** A data directory for the file's children before its tests; after them, every child killed and the directory gone. */
+export function useChildren(test: TestFn<ChildContext>, name: string): void {
+  test.before(async (t) => {
+    t.context = { dir: await tempDir(name), children: new Set() };
+  });
+  test.after.always(async (t) => {
+    killAll(t.context.children);
+    await removeDir(t.context.dir);
+  });
 }
