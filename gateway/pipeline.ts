@@ -18,7 +18,7 @@ import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
-import { cachedRendering, contentTag, encodeBody, fingerprintTag, noneMatch, parseIfMatch, versionTag } from './representation.js';
+import { cachedRendering, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
@@ -149,7 +149,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
         ctx.body = parseBody(req, route, deps.config);
       }
       outcome ??= await route.handle(ctx);
-      res = await render(outcome, ctx, traceId);
+      const rendered = render(outcome, ctx, traceId);
+      res = rendered instanceof Promise ? await rendered : rendered;
     } catch (err) {
       res = problemResponse(err, traceId, deps.log);
     }
@@ -318,7 +319,8 @@ function nestsDeeperThan(text: string, max: number): boolean {
   return false;
 }
 
-async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<GatewayResponse> {
+/** The answer for an outcome. Synchronous unless a large body must be compressed off the loop. */
+function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | Promise<GatewayResponse> {
   let vary = ctx.req.headers.authorization !== undefined ? VARY_AUTH : VARY_ANON;
   if (outcome.vary) vary = `${vary}, ${outcome.vary.join(', ')}`;
   const headers: Record<string, string> = {
@@ -345,15 +347,19 @@ async function render(outcome: Outcome, ctx: Ctx, traceId: string): Promise<Gate
     if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
   }
   const text = outcome.text !== undefined ? versionedText(outcome.text, outcome, ctx.version) : serialize(outcome, ctx.version, api);
-  const { bytes, coding } = await encodeBody(text, ctx.coding);
-  if (outcome.tag === 'content') {
-    tag = contentTag(bytes, ctx.media, coding);
-    if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
-  }
-  headers['content-type'] = ctx.media.startsWith('text/') ? `${ctx.media}; charset=utf-8` : ctx.media;
-  if (tag) headers.etag = tag;
-  if (coding !== 'identity') headers['content-encoding'] = coding;
-  return { status: outcome.status, headers, body: bytes };
+  const withBody = ({ bytes, coding }: Encoded): GatewayResponse => {
+    if (outcome.tag === 'content') {
+      tag = contentTag(bytes, ctx.media, coding);
+      if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+    }
+    headers['content-type'] = ctx.media.startsWith('text/') ? `${ctx.media}; charset=utf-8` : ctx.media;
+    if (tag) headers.etag = tag;
+    if (coding !== 'identity') headers['content-encoding'] = coding;
+    return { status: outcome.status, headers, body: bytes };
+  };
+  // Awaiting a body that is already there would cost every answer a promise and a turn.
+  const encoded = encodeBody(text, ctx.coding);
+  return encoded instanceof Promise ? encoded.then(withBody) : withBody(encoded);
 }
 
 function serialize(outcome: Outcome, version: ApiVersion, api: string): string {

@@ -128,11 +128,17 @@ export function parseIfMatch(header: string | undefined): IfMatch {
   return versions;
 }
 
-export async function encodeBody(body: string | Buffer, coding: Coding): Promise<{ bytes: Buffer | string; coding: Coding }> {
+export interface Encoded {
+  bytes: Buffer | string;
+  coding: Coding;
+}
+
+/** The body as sent: compressed when it is worth it. Only a large body waits (on the libuv pool). */
+export function encodeBody(body: string | Buffer, coding: Coding): Encoded | Promise<Encoded> {
   if (coding === 'identity' || Buffer.byteLength(body) < COMPRESS_MIN_BYTES) return { bytes: body, coding: 'identity' };
   if (body.length <= SYNC_COMPRESS_MAX_BYTES) {
     return { bytes: coding === 'br' ? brotliCompressSync(body, BROTLI_OPTS) : gzipSync(body), coding };
   }
   // Large bodies compress on the libuv pool so one big page does not stall every other request.
-  return { bytes: coding === 'br' ? await brotliAsync(body, BROTLI_OPTS) : await gzipAsync(body), coding };
+  return (coding === 'br' ? brotliAsync(body, BROTLI_OPTS) : gzipAsync(body)).then((bytes) => ({ bytes, coding }));
 }
