@@ -18,7 +18,7 @@ import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
-import { cachedRendering, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, versionTag } from './representation.js';
+import { cachedRendering, cachedRenderingBytes, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, validateBody } from './validate.js';
@@ -362,10 +362,16 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
   return encoded instanceof Promise ? encoded.then(withBody) : withBody(encoded);
 }
 
-function serialize(outcome: Outcome, version: ApiVersion, api: string): string {
+function serialize(outcome: Outcome, version: ApiVersion, api: string): string | Buffer {
   const shape = version === 'v1' || outcome.versioned ? (v: unknown) => v : (v: unknown) => relink(v, version);
   if (outcome.cacheKey && outcome.tag && typeof outcome.tag === 'object' && 'version' in outcome.tag) {
-    return cachedRendering(outcome.cacheKey, outcome.tag.version, outcome.tag.variant + api, () => shape(outcome.render?.() ?? outcome.body), outcome.record);
+    const { cacheKey, record } = outcome;
+    const render = (): unknown => shape(outcome.render?.() ?? outcome.body);
+    // A record the store shares keeps its rendering's UTF-8 bytes: sent as they are, where text
+    // would be measured and encoded again on every answer (once here, once more by uWS).
+    return record !== undefined && Object.isFrozen(record)
+      ? cachedRenderingBytes(cacheKey, outcome.tag.version, outcome.tag.variant + api, render, record)
+      : cachedRendering(cacheKey, outcome.tag.version, outcome.tag.variant + api, render, record);
   }
   return JSON.stringify(shape(outcome.render ? outcome.render() : outcome.body));
 }

@@ -159,6 +159,18 @@ test('Accept: text/html on /v1/orders is 406', async (t) => {
   t.true(p.detail.includes('application/json'));
 });
 
+test('a body with characters beyond ASCII reads back whole, on the first GET and from the kept bytes', async (t) => {
+  const note = 'café 😀 naïve – 東京';
+  const order = await createOrder(t, t.context.admin, { currency: 'EUR', note });
+  const path = `/v1/orders/${order.id as string}`;
+  for (let i = 0; i < 3; i++) {
+    const a = await t.context.call({ method: 'GET', path, headers: bearer(t.context.admin) });
+    t.is(a.status, 200);
+    t.is(a.json<{ note: string }>().note, note);
+    t.is(a.raw.length, Buffer.byteLength(a.text));
+  }
+});
+
 test('Accept: application/hal+json answers that media type, with its own ETag', async (t) => {
   const { call, admin } = t.context;
   const order = await createOrder(t, admin);
