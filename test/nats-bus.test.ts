@@ -81,6 +81,27 @@ test('commands sent in one turn travel as one message per node, capped so each r
   t.is(nodes.low!.stats().commands, 50 + 600);
 });
 
+test('every command of a message carries what is left of its deadline as budgetMs', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const budgets: ActorEndpoint = {
+    handle: (cmd) => Promise.resolve({ ok: true, value: cmd.budgetMs }),
+    query: () => Promise.resolve({ ok: true, value: null }),
+  };
+  const node = await serveActorsOverNats(nats.url, budgets, { nodeId: 'budgets', partitions: ALL });
+  t.teardown(() => node.close());
+  const bus = await connectNatsBus(nats.url, { timeoutMs: 2000 });
+  t.teardown(() => bus.close());
+  t.true(await bus.waitForOwners(ALL, 5000));
+  const sent = [get(1, 'a'), get(1, 'b'), get(2, 'c')];
+  const results = await Promise.all(sent.map((cmd) => bus.send(cmd)));
+  for (const r of results) {
+    const budget = valueOf(r);
+    t.true(typeof budget === 'number' && budget > 0 && budget <= 2000, `budgetMs ${String(budget)}`);
+  }
+  t.is(node.stats().messages, 1, 'the three travelled as one message');
+});
+
 /** Answers every command at once except 'slow', which waits for `open()`. */
 function gatedEndpoint(): { endpoint: ActorEndpoint; open: () => void } {
   let open!: () => void;
