@@ -78,6 +78,15 @@ interface Pending {
   deadline: number;
 }
 
+/** A message on the wire waiting for its reply. */
+interface Awaiting {
+  count: number;
+  deadline: number;
+  resolve: (reply: { results: (Result<unknown> | undefined)[] }) => void;
+}
+
+const filled = (count: number, r: Result<unknown>): { results: Result<unknown>[] } => ({ results: Array<Result<unknown>>(count).fill(r) });
+
 /** A message of commands on the wire: each resolved once, from its reply or a late result. */
 interface Outstanding {
   batch: Pending[];
@@ -99,6 +108,15 @@ export class NatsBus implements Bus {
   /** Where nodes send the results of commands still running when they reply (nats-wire LateTo). */
   private readonly lateSubject = createInbox();
   private readonly outstanding = new Map<number, Outstanding>();
+  /**
+   * Replies come to `<replyInbox>.<rid>`, one subscription for all: nats.js's `request()` costs a
+   * timer, a `Promise.race` and a mux entry per message, which the deadline sweep below replaces.
+   */
+  private readonly replyInbox = createInbox();
+  private readonly awaiting = new Map<number, Awaiting>();
+  private nextRid = 0;
+  private sweeper: NodeJS.Timeout | undefined;
+  private readonly sweepMs: number;
   private nextXid = 0;
   /** close() waiting for the last outstanding command to be answered. */
   private readonly drained: (() => void)[] = [];
@@ -111,7 +129,9 @@ export class NatsBus implements Bus {
     this.maxBatch = opts.maxBatch ?? 256;
     this.maxInFlight = opts.maxInFlight ?? 10_000;
     this.log = opts.log ?? (() => {});
+    this.sweepMs = Math.max(5, Math.min(100, Math.floor(opts.timeoutMs / 10)));
     this.nc.subscribe(this.lateSubject, { callback: (err, msg) => (err ? this.log(`late results: ${err.message}`) : this.onLate(msg)) });
+    this.nc.subscribe(`${this.replyInbox}.*`, { callback: (err, msg) => (err ? this.log(`replies: ${err.message}`) : this.onReply(msg)) });
     void this.watchConnection();
   }
 
@@ -255,27 +275,51 @@ export class NatsBus implements Bus {
    * the node is still running has no result here (see dispatch).
    */
   private exchange(subject: string, payload: Uint8Array, count: number, deadline: number): Promise<{ results: (Result<unknown> | undefined)[] }> {
-    const failed = (err: unknown): { results: Result<unknown>[] } => ({ results: Array<Result<unknown>>(count).fill(this.failure(err)) });
-    let work: Promise<{ results: (Result<unknown> | undefined)[] }>;
-    try {
-      work = this.nc
-        .request(subject, payload, { timeout: Math.max(1, deadline - Date.now()) })
-        .then((msg) => decodeReply(msg.data, count), failed);
-    } catch (err) {
-      work = Promise.resolve(failed(err));
-    }
+    const work = new Promise<{ results: (Result<unknown> | undefined)[] }>((resolve) => {
+      const rid = this.nextRid++;
+      this.awaiting.set(rid, { count, deadline, resolve });
+      try {
+        this.nc.publish(subject, payload, { reply: `${this.replyInbox}.${rid}` });
+      } catch (err) {
+        this.awaiting.delete(rid);
+        resolve(filled(count, this.failure(err)));
+        return;
+      }
+      this.sweeper ??= setInterval(() => this.sweep(), this.sweepMs).unref();
+    });
     this.exchanges.add(work);
     return work.finally(() => this.exchanges.delete(work));
   }
 
+  private onReply(msg: Msg): void {
+    const rid = Number(msg.subject.slice(this.replyInbox.length + 1));
+    const a = this.awaiting.get(rid);
+    if (!a) return; // answered already: its deadline passed
+    this.awaiting.delete(rid);
+    // The server's own answer when nothing listens on the subject: an empty 503 status message.
+    // The directory still listed the node, but it just left.
+    if (msg.data.length === 0 && msg.headers?.code === 503) a.resolve(filled(a.count, NO_OWNER));
+    else a.resolve(decodeReply(msg.data, a.count));
+  }
+
+  /** Answers every reply past its deadline (at most one sweep late), and stops when none waits. */
+  private sweep(): void {
+    const now = Date.now();
+    for (const [rid, a] of this.awaiting) {
+      if (a.deadline > now) continue;
+      this.awaiting.delete(rid);
+      a.resolve(filled(a.count, TIMED_OUT));
+    }
+    if (this.awaiting.size === 0 && this.sweeper) {
+      clearInterval(this.sweeper);
+      this.sweeper = undefined;
+    }
+  }
+
+  /** What a refused publish means to the caller (a deadline passing and no listener are answered in onReply and sweep). */
   private failure(err: unknown): Result<never> {
     if (err instanceof NatsError) {
       switch (err.code as ErrorCode) {
-        case ErrorCode.Timeout:
-          return TIMED_OUT;
-        // The directory still listed the node, but nothing listens on its subject: it just left.
-        case ErrorCode.NoResponders:
-          return NO_OWNER;
         case ErrorCode.Disconnect:
         case ErrorCode.ConnectionClosed:
         case ErrorCode.ConnectionDraining:

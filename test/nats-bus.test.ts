@@ -1,12 +1,16 @@
 // Cluster-mode bus against a real nats-server. Each test gets its own server, so tests can run
 // concurrently and one test's nodes never answer another's announcements.
 
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 import test, { type ExecutionContext } from 'ava';
 import type { ActorEndpoint } from '../common/bus.js';
 import { connectNatsBus, type NatsBus } from '../common/nats-bus.js';
 import { serveActorsOverNats, type ActorServer } from '../common/nats-actor-server.js';
 import { parsePartitions } from '../common/partitions.js';
 import { MAX_REPLY_BYTES, type Command, type Result } from '../proto/messages.js';
+import { exited } from './helpers/child-service.js';
+import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
 import { startNatsServer, type NatsServer } from './helpers/nats-server.js';
 
 const LOW = parsePartitions('0-127');
@@ -100,6 +104,31 @@ test('every command of a message carries what is left of its deadline as budgetM
     t.true(typeof budget === 'number' && budget > 0 && budget <= 2000, `budgetMs ${String(budget)}`);
   }
   t.is(node.stats().messages, 1, 'the three travelled as one message');
+});
+
+test('a node killed without a word is answered "no owner" at once, from the server, not at the deadline', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const dir = await tempDir('killed-node');
+  t.teardown(() => removeDir(dir));
+  const node = spawn(process.execPath, [join(ROOT, 'dist/actors/main.js')], {
+    env: { PATH: process.env.PATH ?? '', NATS_URL: nats.url, NODE_ID: 'doomed', DATA_DIR: dir, LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'ignore'],
+  });
+  t.teardown(() => {
+    if (node.exitCode === null && node.signalCode === null) node.kill('SIGKILL');
+  });
+  // The deadline is far off: an answer that waited for it would say so.
+  const bus = await connectNatsBus(nats.url, { timeoutMs: 30_000 });
+  t.teardown(() => bus.close());
+  t.true(await bus.waitForOwners(ALL, 15_000), 'the node announced its partitions');
+  node.kill('SIGKILL');
+  await exited(node);
+  // Its claim outlives it in the directory for a few heartbeats; NATS knows at once that
+  // nothing listens on its subject any more.
+  const r = await bus.send(get(3));
+  t.false(r.ok);
+  t.like(valueOf(r), { code: 'unavailable', detail: 'No node is serving this data right now.' });
 });
 
 /** Answers every command at once except 'slow', which waits for `open()`. */
