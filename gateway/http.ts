@@ -57,6 +57,16 @@ export const MAX_HEAD_BYTES = 4096;
 const REQUEST_LINE_BYTES = 2 + 8 + 2 + 2;
 const CONTENT_LENGTH = /^[0-9]+$/;
 
+/**
+ * Told to every client on a connection we keep open, as Node's own HTTP server does. uWS closes
+ * a connection idle for 8 to 12 s (10 s, checked on a 4 s tick), and a client that reuses one
+ * just as it is closed has its request reset unanswered: seen as ECONNRESET on POSTs while
+ * seeding under load, where an event-loop turn of over a second let uWS's idle sweep run before
+ * a request's bytes were read. Clients that read the hint (undici, Node's http.Agent) close an
+ * idle connection after it, less their margin, well before uWS does.
+ */
+export const KEEP_ALIVE = 'timeout=5';
+
 function tooLarge(limit: number): ApiError {
   return new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`);
 }
@@ -122,6 +132,8 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       remoteAddress: opts.needsAddress(headers) ? ascii.decode(res.getRemoteAddressAsText()) : '',
     };
     headBytes += request.method.length + request.path.length + (request.query ? request.query.length + 1 : 0) + REQUEST_LINE_BYTES;
+    // A client that asked to close is not told how long the connection would stay open.
+    const clientCloses = headers.connection !== undefined && headers.connection.toLowerCase().includes('close');
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
@@ -129,7 +141,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
 
     const send = (response: GatewayResponse, close = false): void => {
       if (aborted) return;
-      res.cork(() => writeResponse(res, request.method, response, close, () => aborted));
+      res.cork(() => writeResponse(res, request.method, response, close, !close && !clientCloses, () => aborted));
     };
     // Answered here, before the pipeline runs, but rendered by the one problem renderer so it
     // carries Trace-Id, traceId and the rate-limit fields like every other answer (CONTRACT §4);
@@ -193,7 +205,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
  * headers. A CR or LF inside a value would forge a header line, so each value is checked on its
  * own and any such byte becomes a space (values are ours; this guards against a bug, not a user).
  */
-function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>): void {
+function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, keepAlive: boolean): void {
   let first: string | undefined;
   let value = '';
   for (const k in headers) {
@@ -207,14 +219,18 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>): v
       value += `\r\n${k}: ${v}`;
     }
   }
+  if (keepAlive) {
+    if (first === undefined) res.writeHeader('keep-alive', KEEP_ALIVE);
+    else value += `\r\nkeep-alive: ${KEEP_ALIVE}`;
+  }
   if (first !== undefined) res.writeHeader(first, value);
 }
 
 const CR_OR_LF_ALL = /[\r\n]/g;
 
-function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, isAborted: () => boolean): void {
+function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, isAborted: () => boolean): void {
   res.writeStatus(statusLine(r.status));
-  writeHeaders(res, r.headers);
+  writeHeaders(res, r.headers, keepAlive);
   // endWithoutBody() takes no length here: this uWS build mis-writes an explicit one.
   if (r.status === 204 || r.status === 304 || r.body === undefined) {
     res.endWithoutBody();

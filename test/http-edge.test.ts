@@ -259,3 +259,59 @@ test('many concurrent requests on keep-alive connections are all answered', asyn
   t.is(all.length, creates);
   t.is(new Set(all).size, creates, 'every create landed exactly once');
 });
+
+test('an answer on a connection kept open says for how long; one that closes it does not', async (t) => {
+  const tok = await tenantToken('keep-alive-hint');
+  const auth = { Authorization: `Bearer ${tok}` };
+  const ex = await rawExchange(t.context.service.port, {
+    send: [
+      rawRequest('GET', '/v1/orders', auth),
+      afterResponses(['GET']),
+      // 404, answered by the pipeline: every kept-open answer carries it, not only successes.
+      rawRequest('GET', '/v1/nowhere', auth),
+      afterResponses(['GET', 'GET']),
+      rawRequest('GET', '/v1', { Connection: 'close' }),
+    ],
+    timeoutMs: 5000,
+  });
+  const [list, missing, last] = parseResponses(ex.bytes, ['GET', 'GET', 'GET']);
+  t.is(list!.status, 200);
+  t.deepEqual(list!.headers['keep-alive'], ['timeout=5']);
+  t.is(missing!.status, 404);
+  t.deepEqual(missing!.headers['keep-alive'], ['timeout=5']);
+  t.is(last!.status, 200);
+  t.is(rawHeader(last!, 'keep-alive'), undefined, 'the client asked to close');
+  t.true(ex.closed);
+
+  // A refusal that closes the connection says so, and promises nothing.
+  const body = orderBodyOfSize(LIMIT + 1);
+  const head = rawRequest('POST', '/v1/orders', { ...auth, 'Content-Type': 'application/json', 'Content-Length': String(body.length) });
+  const refused = only(parseResponses((await rawExchange(t.context.service.port, { send: [head], timeoutMs: 3000 })).bytes, ['POST']));
+  t.is(refused.status, 413);
+  t.is(rawHeader(refused, 'keep-alive'), undefined);
+  t.is(rawHeader(refused, 'connection'), 'close');
+});
+
+test('a client that reads the keep-alive hint closes an idle connection before the server does', async (t) => {
+  // undici keeps an idle connection for the hint less keepAliveTimeoutThreshold (1 s): 4 s here.
+  // Without the hint it would keep it for its own keepAliveTimeout (60 s below), and uWS would
+  // close it first, after 8 to 12 s: the race that resets a request sent just then.
+  const pool = new Pool(t.context.service.url, { connections: 1, keepAliveTimeout: 60_000, keepAliveMaxTimeout: 60_000 });
+  const started = Date.now();
+  const gone = new Promise<{ err: Error; ms: number }>((resolve) => {
+    pool.on('disconnect', (_origin, _targets, err) => resolve({ err, ms: Date.now() - started }));
+  });
+  try {
+    const res = await pool.request({ path: '/v1', method: 'GET' });
+    await res.body.text();
+    t.is(res.headers['keep-alive'], 'timeout=5');
+    const timeout = new Promise<undefined>((resolve) => setTimeout(resolve, 15_000, undefined).unref());
+    const closed = await Promise.race([gone, timeout]);
+    if (!closed) return t.fail('the idle connection was still open after 15 s');
+    // undici names who closed: its own idle timer, or "other side closed" when the server did.
+    t.regex(closed.err.message, /idle timeout/i, `closed by: ${closed.err.message}`);
+    t.true(closed.ms < 7_000, `closed after ${closed.ms} ms`);
+  } finally {
+    await pool.close();
+  }
+});
