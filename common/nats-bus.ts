@@ -7,6 +7,7 @@
 
 import { connect, createInbox, ErrorCode, Events, NatsError, type Msg, type NatsConnection, type Subscription } from 'nats';
 import type { Bus } from './bus.js';
+import { DeadlineSweep } from './deadlines.js';
 import { PARTITIONS } from './ids.js';
 import { toRanges } from './partitions.js';
 import {
@@ -113,10 +114,8 @@ export class NatsBus implements Bus {
    * timer, a `Promise.race` and a mux entry per message, which the deadline sweep below replaces.
    */
   private readonly replyInbox = createInbox();
-  private readonly awaiting = new Map<number, Awaiting>();
+  private readonly awaiting: DeadlineSweep<number, Awaiting>;
   private nextRid = 0;
-  private sweeper: NodeJS.Timeout | undefined;
-  private readonly sweepMs: number;
   private nextXid = 0;
   /** close() waiting for the last outstanding command to be answered. */
   private readonly drained: (() => void)[] = [];
@@ -129,7 +128,8 @@ export class NatsBus implements Bus {
     this.maxBatch = opts.maxBatch ?? 256;
     this.maxInFlight = opts.maxInFlight ?? 10_000;
     this.log = opts.log ?? (() => {});
-    this.sweepMs = Math.max(5, Math.min(100, Math.floor(opts.timeoutMs / 10)));
+    // A reply past its deadline is answered at most one sweep late.
+    this.awaiting = new DeadlineSweep(opts.timeoutMs, (a) => a.resolve(filled(a.count, TIMED_OUT)));
     this.nc.subscribe(this.lateSubject, { callback: (err, msg) => (err ? this.log(`late results: ${err.message}`) : this.onLate(msg)) });
     this.nc.subscribe(`${this.replyInbox}.*`, { callback: (err, msg) => (err ? this.log(`replies: ${err.message}`) : this.onReply(msg)) });
     void this.watchConnection();
@@ -277,15 +277,13 @@ export class NatsBus implements Bus {
   private exchange(subject: string, payload: Uint8Array, count: number, deadline: number): Promise<{ results: (Result<unknown> | undefined)[] }> {
     const work = new Promise<{ results: (Result<unknown> | undefined)[] }>((resolve) => {
       const rid = this.nextRid++;
-      this.awaiting.set(rid, { count, deadline, resolve });
+      this.awaiting.add(rid, { count, deadline, resolve });
       try {
         this.nc.publish(subject, payload, { reply: `${this.replyInbox}.${rid}` });
       } catch (err) {
-        this.awaiting.delete(rid);
+        this.awaiting.take(rid);
         resolve(filled(count, this.failure(err)));
-        return;
       }
-      this.sweeper ??= setInterval(() => this.sweep(), this.sweepMs).unref();
     });
     this.exchanges.add(work);
     return work.finally(() => this.exchanges.delete(work));
@@ -293,30 +291,15 @@ export class NatsBus implements Bus {
 
   private onReply(msg: Msg): void {
     const rid = Number(msg.subject.slice(this.replyInbox.length + 1));
-    const a = this.awaiting.get(rid);
+    const a = this.awaiting.take(rid);
     if (!a) return; // answered already: its deadline passed
-    this.awaiting.delete(rid);
     // The server's own answer when nothing listens on the subject: an empty 503 status message.
     // The directory still listed the node, but it just left.
     if (msg.data.length === 0 && msg.headers?.code === 503) a.resolve(filled(a.count, NO_OWNER));
     else a.resolve(decodeReply(msg.data, a.count));
   }
 
-  /** Answers every reply past its deadline (at most one sweep late), and stops when none waits. */
-  private sweep(): void {
-    const now = Date.now();
-    for (const [rid, a] of this.awaiting) {
-      if (a.deadline > now) continue;
-      this.awaiting.delete(rid);
-      a.resolve(filled(a.count, TIMED_OUT));
-    }
-    if (this.awaiting.size === 0 && this.sweeper) {
-      clearInterval(this.sweeper);
-      this.sweeper = undefined;
-    }
-  }
-
-  /** What a refused publish means to the caller (a deadline passing and no listener are answered in onReply and sweep). */
+  /** What a refused publish means to the caller (a deadline passing and no listener are answered in the sweep and onReply). */
   private failure(err: unknown): Result<never> {
     if (err instanceof NatsError) {
       switch (err.code as ErrorCode) {
