@@ -13,7 +13,7 @@ import { MAX_HEAD_BYTES } from '../gateway/http.js';
 import { MAX_JSON_DEPTH } from '../gateway/pipeline.js';
 import { HttpClient } from './helpers/client.js';
 import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
-import { asAnswer, only, parseResponses, rawExchange, rawRequest, type RawOptions } from './helpers/raw-http.js';
+import { asAnswer, only, parseResponses, rawExchange, rawHeader, rawRequest, type RawOptions } from './helpers/raw-http.js';
 
 interface Context {
   dir: string;
@@ -274,6 +274,32 @@ test('TRACE and other unsupported methods are 405 with Allow over a socket; meth
   for (const method of ['PROPFIND', 'PURGE', 'FOO', 'get']) await assertDropped(t, request(method, '/v1', tok), method);
 });
 
+test('uWS answers nothing to an HTTP/1.0 request and closes at its idle timeout; a POST sent that way creates nothing', async (t) => {
+  const tok = await tenantToken('http10');
+  const as10 = (b: Buffer): Buffer => {
+    const text = b.toString('latin1');
+    const line = text.indexOf('\r\n');
+    if (!text.slice(0, line).endsWith(' HTTP/1.1')) throw new Error('not an HTTP/1.1 request line');
+    return Buffer.from(`${text.slice(0, line - 3)}1.0${text.slice(line)}`, 'latin1');
+  };
+  // uWS 20.30 parses HTTP/1.1 request lines only: it waits for more of a head it will never
+  // take, our code never runs, and no answer (nor its Keep-Alive hint) reaches the client.
+  const cases: [string, Buffer][] = [
+    ['GET', as10(request('GET', '/v1', tok))],
+    ['keep-alive GET', as10(request('GET', '/v1', tok, undefined, { Connection: 'keep-alive' }))],
+    ['POST', as10(request('POST', '/v1/orders', tok, { currency: 'EUR' }))],
+  ];
+  const exchanges = await Promise.all(cases.map(([, head]) => rawExchange(t.context.service.port, { send: [head], timeoutMs: IDLE_CLOSE_MS.max + 2000 })));
+  exchanges.forEach((ex, i) => {
+    const why = `HTTP/1.0 ${cases[i]![0]}`;
+    t.is(ex.bytes.length, 0, `${why}: answered ${JSON.stringify(ex.bytes.toString('latin1').slice(0, 80))}`);
+    t.true(ex.closed, `${why}: the connection is never closed`);
+    const ms = ex.closedAfterMs ?? Infinity;
+    t.true(ms >= IDLE_CLOSE_MS.min && ms <= IDLE_CLOSE_MS.max, `${why}: closed after ${ms} ms`);
+  });
+  t.deepEqual(await listIds(t, tok), [], 'nothing was created');
+});
+
 // ---- header size and count ----
 
 /** A GET of /v1 whose head is exactly `size` bytes, padded by one header. */
@@ -370,6 +396,13 @@ test('conflicting or malformed Content-Length and Transfer-Encoding are 400 and 
     t.regex(assertProblem(t, a, 400, 'malformed-request').detail, /Content-Length|Transfer-Encoding/, why);
     t.true(a.closed, `${why}: the connection stays open`);
     t.true((a.closedAfterMs ?? Infinity) < PROMPT_MS, `${why}: closed after ${a.closedAfterMs} ms`);
+    // A HEAD framed the same way is refused and closed too, though its answer has no body.
+    const head = Buffer.from(framed(tok, lines, body).toString('latin1').replace(/^POST /, 'HEAD '), 'latin1');
+    const ex = await rawExchange(t.context.service.port, { send: [head], timeoutMs: 4000 });
+    const r = only(parseResponses(ex.bytes, ['HEAD']));
+    t.is(r.status, 400, `HEAD ${why}`);
+    t.is(rawHeader(r, 'connection'), 'close', `HEAD ${why}`);
+    t.true(ex.closed && (ex.closedAfterMs ?? Infinity) < PROMPT_MS, `HEAD ${why}: closed after ${ex.closedAfterMs} ms`);
   }
   // uWS 20.30 drops these itself, before our code runs, without a byte.
   const dropped: [string[], string][] = [
