@@ -12,6 +12,7 @@ export function tickFor(timeoutMs: number): number {
 /**
  * Entries by key, each ended by `expire` once its deadline has passed, unless taken first. An
  * entry outlives its deadline by at most one tick. The timer runs only while an entry waits.
+ * `expire` runs inside the sweep's walk of the entries: it must not add one.
  */
 export class DeadlineSweep<K, E extends { deadline: number }> {
   private readonly entries = new Map<K, E>();

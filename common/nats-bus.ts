@@ -111,7 +111,7 @@ export class NatsBus implements Bus {
   private readonly outstanding = new Map<number, Outstanding>();
   /**
    * Replies come to `<replyInbox>.<rid>`, one subscription for all: nats.js's `request()` costs a
-   * timer, a `Promise.race` and a mux entry per message, which the deadline sweep below replaces.
+   * timer, a `Promise.race` and a mux entry per message, which one DeadlineSweep replaces.
    */
   private readonly replyInbox = createInbox();
   private readonly awaiting: DeadlineSweep<number, Awaiting>;

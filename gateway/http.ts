@@ -62,8 +62,9 @@ const CONTENT_LENGTH = /^[0-9]+$/;
  * a connection idle for 8 to 12 s (10 s, checked on a 4 s tick), and a client that reuses one
  * just as it is closed has its request reset unanswered: seen as ECONNRESET on POSTs while
  * seeding under load, where an event-loop turn of over a second let uWS's idle sweep run before
- * a request's bytes were read. Clients that read the hint (undici, Node's http.Agent) close an
- * idle connection after it, less their margin, well before uWS does.
+ * a request's bytes were read. Clients that read the hint close an idle connection after it,
+ * less their margin, well before uWS does: undici and Node's fetch always, Node's http.Agent
+ * when its own `timeout` is longer.
  */
 export const KEEP_ALIVE = 'timeout=5';
 
@@ -117,10 +118,12 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     let headBytes = 0;
     let lengths = 0;
     let codings = 0;
+    let connection: string | undefined;
     req.forEach((k, v) => {
       headBytes += k.length + v.length + 4; // "name: value" CRLF
       if (k === 'content-length') lengths++;
       else if (k === 'transfer-encoding') codings++;
+      else if (k === 'connection') connection ??= v;
       headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
     });
     const request: GatewayRequest = {
@@ -132,8 +135,9 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
       remoteAddress: opts.needsAddress(headers) ? ascii.decode(res.getRemoteAddressAsText()) : '',
     };
     headBytes += request.method.length + request.path.length + (request.query ? request.query.length + 1 : 0) + REQUEST_LINE_BYTES;
-    // A client that asked to close is not told how long the connection would stay open.
-    const clientCloses = headers.connection !== undefined && headers.connection.toLowerCase().includes('close');
+    // uWS closes after the answer when the first Connection line's value has 5 characters (its
+    // test for "close"); that client is not told how long the connection would stay open.
+    const clientCloses = connection?.length === 5;
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
