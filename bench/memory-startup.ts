@@ -10,6 +10,13 @@
 // after reading a sample back, and after a restart on the same data. The Fastify peer holding
 // the same orders in a Map is the comparison. Seeding stops after BENCH_SEED_MAX_SECONDS; the
 // count actually reached is what is reported.
+//
+// Unlimited, RSS counts every LMDB page the kernel maps, and on a hot page cache it maps whole
+// runs of them around each one read (fault-around), so it grows toward the file's size while
+// memory is free. The last phase asks what the service needs: restarted cold inside a memory
+// cgroup of BENCH_MEMORY_LIMIT_MB (300), where anonymous memory and page cache both count
+// against the limit, it reads the same random sample; every answer must be a 200 within
+// BENCH_LIMITED_MAX_SECONDS (120), and the OOM killer must not strike. Needs root and a writable cgroup file system, else reported n/a.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,6 +26,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { call, closeHttp, pool } from './lib/http.js';
 import { ORDER_BODY } from './lib/fixtures.js';
 import { seedOrders, type SeedResult } from './lib/orders.js';
+import { evictFromPageCache, memoryCgroup } from './lib/cgroup.js';
 import { rss, type Rss } from './lib/proc.js';
 import { genericTable, writeResults } from './lib/report.js';
 import { serviceBuilt, startCeiling, startFastify, startService, type ServerKind, type Subject } from './lib/servers.js';
@@ -29,6 +37,9 @@ const SCENARIO = 'memory-startup';
 const orders = Math.max(1000, Number(process.env.BENCH_MEMORY_ORDERS ?? 1_000_000));
 const maxSeedSeconds = Number(process.env.BENCH_SEED_MAX_SECONDS ?? 300);
 const startupRuns = Math.max(1, Number(process.env.BENCH_STARTUP_RUNS ?? 3));
+const limitMb = Number(process.env.BENCH_MEMORY_LIMIT_MB ?? 300);
+const SAMPLE = 20_000;
+const limitedMaxSeconds = Number(process.env.BENCH_LIMITED_MAX_SECONDS ?? 120);
 const token = await mintToken();
 const auth = { authorization: `Bearer ${token}` };
 // Larger batches only make seeding faster; MAX_BATCH is the service's own knob (CONTRACT §1).
@@ -142,20 +153,76 @@ async function seedWatching(subject: Subject): Promise<{ seed: SeedResult; peak:
   }
 }
 
-/** Reads `n` random seeded orders back, so the service has touched its data the way traffic would. */
-async function readSample(subject: Subject, ids: string[], n: number): Promise<number> {
+/**
+ * Reads `n` random seeded orders back, so the service has touched its data the way traffic would;
+ * within `maxSeconds` (no request starts after it). A request that fails counts as not answered.
+ */
+async function readSample(subject: Subject, ids: string[], n: number, maxSeconds = 600): Promise<{ ok: number; seconds: number }> {
   let ok = 0;
+  const t0 = performance.now();
+  const deadline = t0 + maxSeconds * 1000;
   await pool(Math.min(n, ids.length), 32, async () => {
+    if (performance.now() > deadline) return;
     const id = ids[Math.floor(Math.random() * ids.length)] ?? '';
-    const r = await call(`${subject.url}/v1/orders/${id}`, { headers: auth });
-    if (r.status === 200) ok++;
+    try {
+      const r = await call(`${subject.url}/v1/orders/${id}`, { headers: auth });
+      if (r.status === 200) ok++;
+    } catch {
+      // not answered: counted by its absence from `ok`
+    }
   });
-  return ok;
+  return { ok, seconds: (performance.now() - t0) / 1000 };
+}
+
+interface Limited {
+  limitMb: number;
+  gets: number;
+  ok: number;
+  seconds: number;
+  /** The same sample's rate on the restarted, unlimited service with a hot page cache. */
+  unlimitedPerSecond: number | undefined;
+  cgroupPeakMb: number | undefined;
+  cgroupAfterMb: number;
+  oomKills: number;
+  survived: boolean;
+}
+
+/** The service restarted cold in a memory cgroup of `limitMb`, reading the random sample. */
+async function limitedRun(start: (env: Record<string, string>) => Promise<Subject>, dataDir: string, ids: string[], probe: Probe): Promise<{ limited?: Limited; rss?: Rss; unavailable?: string }> {
+  const cg = memoryCgroup(`bench-memory-${process.pid}`, limitMb);
+  if ('unavailable' in cg) return { unavailable: cg.unavailable };
+  let subject: Subject | undefined;
+  try {
+    evictFromPageCache(dataDir);
+    subject = await start({ BENCH_CGROUP_PROCS: cg.procsFile });
+    await firstAnswer(subject, probe);
+    const proc = subject.procs[0];
+    const sample = await readSample(subject, ids, SAMPLE, limitedMaxSeconds);
+    const survived = proc !== undefined && !proc.exited();
+    return {
+      rss: survived ? rss(proc.pid) : undefined,
+      limited: {
+        limitMb,
+        gets: Math.min(SAMPLE, ids.length),
+        ok: sample.ok,
+        seconds: Math.round(sample.seconds * 10) / 10,
+        unlimitedPerSecond: undefined,
+        cgroupPeakMb: cg.peakMb(),
+        cgroupAfterMb: cg.usageMb(),
+        oomKills: cg.oomKills(),
+        survived,
+      },
+    };
+  } finally {
+    await subject?.stop();
+    cg.remove();
+  }
 }
 
 const startups: (Startup & { runs?: number[] })[] = [];
 const memory: Memory[] = [];
 const seeding: Record<string, unknown> = {};
+let limited: Limited | undefined;
 const problems: string[] = [];
 const list = only([
   { kind: 'uws-ceiling' as const, start: startCeiling },
@@ -184,7 +251,7 @@ for (const c of list) {
 
   // Keep the data directory across the restart below; removed at the end.
   const dataDir = c.kind === 'service' ? mkdtempSync(join(tmpdir(), 'bench-mem-')) : undefined;
-  const start = (): Promise<Subject> => (c.kind === 'service' ? startService({ dataDir, env: seedEnv }) : c.start());
+  const start = (env: Record<string, string> = {}): Promise<Subject> => (c.kind === 'service' ? startService({ dataDir, env: { ...seedEnv, ...env } }) : c.start());
   let subject: Subject | undefined;
   try {
     subject = await start();
@@ -199,23 +266,37 @@ for (const c of list) {
     memory.push({ server: c.kind, phase: 'peak while seeding', orders: seed.created, rss: peak });
     await sleep(2000);
     memory.push({ server: c.kind, phase: 'after seeding', orders: seed.created, rss: rss(pid), dataDirMb: duMb(dataDir) });
-    const read = await readSample(subject, ids, 20_000);
+    const read = await readSample(subject, ids, SAMPLE);
     memory.push({ server: c.kind, phase: 'after 20k random GETs', orders: seed.created, rss: rss(pid) });
-    if (read < Math.min(20_000, ids.length)) problems.push(`${c.kind}: only ${read} of 20k sample GETs answered 200`);
+    if (read.ok < Math.min(SAMPLE, ids.length)) problems.push(`${c.kind}: only ${read.ok} of 20k sample GETs answered 200`);
 
     if (c.kind === 'service') {
       await subject.stop();
       subject = undefined;
       // Start-up again, now with every seeded order on disk.
       const probe: Probe = { kind: 'read', path: `/v1/orders/${ids[ids.length - 1] ?? ''}` };
-      const warm = await timeStartup(c.kind, `with ${seed.created.toLocaleString('en-US')} orders`, start, probe);
+      const warm = await timeStartup(c.kind, `with ${seed.created.toLocaleString('en-US')} orders`, () => start(), probe);
       startups.push(warm);
       subject = await start();
       await firstAnswer(subject, probe);
       const pid2 = subject.procs[0]?.pid ?? 0;
       memory.push({ server: c.kind, phase: 'restarted on the data', orders: seed.created, rss: rss(pid2) });
-      await readSample(subject, ids, 20_000);
+      const hot = await readSample(subject, ids, SAMPLE);
       memory.push({ server: c.kind, phase: 'restarted + 20k random GETs', orders: seed.created, rss: rss(pid2) });
+      await subject.stop();
+      subject = undefined;
+      const run = await limitedRun(start, dataDir ?? '', ids, probe);
+      if (run.unavailable) problems.push(`memory-limited phase not run: ${run.unavailable}`);
+      if (run.limited) {
+        limited = { ...run.limited, unlimitedPerSecond: Math.round(hot.ok / hot.seconds) };
+        const phase = `restarted cold in a ${limitMb} MB memory cgroup + 20k random GETs`;
+        if (run.rss) memory.push({ server: c.kind, phase, orders: seed.created, rss: run.rss });
+        console.log(
+          `  ${phase}: ${limited.ok} of ${limited.gets} answered 200 in ${limited.seconds} s ` +
+            `(${Math.round(limited.ok / limited.seconds)}/s; ${limited.unlimitedPerSecond}/s unlimited and hot), ` +
+            `cgroup peak ${limited.cgroupPeakMb ?? '?'} MB, ${limited.oomKills} OOM kills`,
+        );
+      }
     }
   } catch (err) {
     problems.push(`${c.kind}: ${err instanceof Error ? err.message : String(err)}`);
@@ -269,8 +350,15 @@ if (svcAfter && svcIdle) {
     });
   }
 }
+if (limited && svcAfter && svcAfter.orders >= 1_000_000) {
+  targets.push({
+    label: `service answers every random GET of 1M orders, restarted cold within a ${limitMb} MB memory cgroup (anonymous + page cache)`,
+    measured: limited.ok,
+    pass: limitMb <= 300 && limited.ok === limited.gets && limited.oomKills === 0 && limited.survived,
+  });
+}
 if (svcStart) targets.push({ label: 'service start-up to first answer < 1 s', measured: Math.round(svcStart.firstAnswerMs), pass: svcStart.firstAnswerMs < 1000 });
 for (const t of targets) console.log(`  target ${t.pass === null ? 'n/a ' : t.pass ? 'PASS' : 'FAIL'}  ${t.label}  (measured ${t.measured})`);
-const file = writeResults(SCENARIO, { settings: { orders, maxSeedSeconds, startupRuns }, startups, memory, seeding, targets, problems });
+const file = writeResults(SCENARIO, { settings: { orders, maxSeedSeconds, startupRuns, limitMb }, startups, memory, seeding, limited, targets, problems });
 console.log(`  written to ${file}`);
 await closeHttp();
