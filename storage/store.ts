@@ -195,8 +195,9 @@ export class Store {
   /** Opens (or creates) the node's state file inside `dir`. */
   static open(dir: string): Store {
     mkdirSync(dir, { recursive: true });
-    // asyncTransactionOrder is an lmdb-js option its typings leave out (open.js reads it).
-    const options: RootDatabaseOptionsWithPath & { asyncTransactionOrder: 'strict' } = {
+    // asyncTransactionOrder and noReadAhead are lmdb-js options its typings leave out (open.js
+    // reads both).
+    const options: RootDatabaseOptionsWithPath & { asyncTransactionOrder: 'strict'; noReadAhead: boolean } = {
       path: join(dir, 'state.mdb'),
       // Records share msgpack structures so repeated member names cost nothing on disk.
       sharedStructuresKey: Symbol.for('structures'),
@@ -212,7 +213,7 @@ export class Store {
       // MDB_NORDAHEAD: a read that faults a page in from disk brings that page, not the kernel's
       // readahead window around it. Reads here are by key, so the neighbours are other records'
       // and other tables' pages; under a memory limit they push out the pages still wanted.
-      // Restarted cold in a 300 MB memory cgroup holding 1M orders, 20k random GETs took 4.2 s
+      // Restarted cold in a 300 MB memory cgroup holding 1M orders, 20k random GETs took 3.9 s
       // with it and had not finished after 120 s without it (bench/memory-startup.ts). With
       // memory to spare (a hot page cache) it changes nothing.
       noReadAhead: true,
