@@ -4,7 +4,7 @@
 // It needs root and a writable cgroup file system; where there is none, `memoryCgroup` says why
 // and the phase is reported as not run.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statfsSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export interface MemoryCgroup {
@@ -26,19 +26,41 @@ const field = (file: string, name: string): number => Number(new RegExp(`^${name
 /** This process's cgroup path in the hierarchy that has `controller` (v1), or the v2 one (''). */
 function ownPath(controller: string): string | undefined {
   for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
-    const [, controllers, path] = line.split(':');
-    if (path === undefined) continue;
-    if (controllers?.split(',').includes(controller) || (controller === '' && controllers === '')) return path;
+    const m = /^\d+:([^:]*):(.*)$/.exec(line);
+    if (!m) continue;
+    const [, controllers = '', path = ''] = m;
+    if (controller === '' ? controllers === '' : controllers.split(',').includes(controller)) return path;
   }
   return undefined;
+}
+
+/** Makes `dir` and writes its limits; removes it again if a write is refused. */
+function make(dir: string, limits: [file: string, value: string, optional: boolean][]): void {
+  mkdirSync(dir);
+  try {
+    for (const [file, value, optional] of limits) {
+      try {
+        writeFileSync(join(dir, file), value);
+      } catch (err) {
+        if (!optional) throw err;
+      }
+    }
+  } catch (err) {
+    rmdirSync(dir);
+    throw err;
+  }
 }
 
 function createV1(name: string, limitMb: number): MemoryCgroup {
   const path = ownPath('memory');
   if (path === undefined || !existsSync('/sys/fs/cgroup/memory/memory.limit_in_bytes')) throw new Error('no cgroup v1 memory hierarchy');
   const dir = join('/sys/fs/cgroup/memory', path, name);
-  mkdirSync(dir);
-  writeFileSync(join(dir, 'memory.limit_in_bytes'), String(limitMb * 1024 ** 2));
+  const bytes = String(limitMb * 1024 ** 2);
+  // Memory plus swap as well, where swap is accounted: no way around the limit through swap.
+  make(dir, [
+    ['memory.limit_in_bytes', bytes, false],
+    ['memory.memsw.limit_in_bytes', bytes, true],
+  ]);
   return {
     procsFile: join(dir, 'cgroup.procs'),
     limitMb,
@@ -49,17 +71,24 @@ function createV1(name: string, limitMb: number): MemoryCgroup {
   };
 }
 
+/**
+ * v2: the child goes below this process's own cgroup, which must delegate the memory controller
+ * (memory in its cgroup.subtree_control); v2 allows that only where the cgroup itself holds no
+ * process, so in practice this works from the root cgroup or a delegated one.
+ */
 function createV2(name: string, limitMb: number): MemoryCgroup {
   const path = ownPath('');
   const root = ['/sys/fs/cgroup', '/sys/fs/cgroup/unified'].find((r) => existsSync(join(r, 'cgroup.controllers')));
   if (path === undefined || root === undefined) throw new Error('no cgroup v2 hierarchy');
   const parent = join(root, path);
   if (!readFileSync(join(parent, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('memory')) {
-    throw new Error(`the memory controller is not enabled below ${parent}`);
+    throw new Error(`the memory controller is not delegated below ${parent}`);
   }
   const dir = join(parent, name);
-  mkdirSync(dir);
-  writeFileSync(join(dir, 'memory.max'), String(limitMb * 1024 ** 2));
+  make(dir, [
+    ['memory.max', String(limitMb * 1024 ** 2), false],
+    ['memory.swap.max', '0', true],
+  ]);
   return {
     procsFile: join(dir, 'cgroup.procs'),
     limitMb,
@@ -72,6 +101,7 @@ function createV2(name: string, limitMb: number): MemoryCgroup {
 
 /** A new memory cgroup below this process's own, limited to `limitMb`; or why there is none. */
 export function memoryCgroup(name: string, limitMb: number): MemoryCgroup | { unavailable: string } {
+  if (!Number.isInteger(limitMb) || limitMb <= 0) return { unavailable: `the limit must be a whole number of MB, not ${limitMb}` };
   const reasons: string[] = [];
   for (const create of [createV1, createV2]) {
     try {
@@ -81,6 +111,14 @@ export function memoryCgroup(name: string, limitMb: number): MemoryCgroup | { un
     }
   }
   return { unavailable: reasons.join('; ') };
+}
+
+// statfs's f_type of tmpfs, whose pages are the files themselves and cannot be dropped.
+const TMPFS_MAGIC = 0x01021994;
+
+/** Why the page cache of files under `dir` cannot be dropped, if it cannot. */
+export function cannotEvict(dir: string): string | undefined {
+  return statfsSync(dir).type === TMPFS_MAGIC ? `${dir} is on tmpfs, whose pages cannot be dropped` : undefined;
 }
 
 /**

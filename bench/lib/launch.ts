@@ -3,7 +3,6 @@
 // server's output: the service exits 0 on SIGTERM/SIGINT, which otherwise looks like a clean
 // exit. (On the shared development machine, bench servers were seen stopped by outside SIGTERMs;
 // a command line without `gateway/main.js` in it also keeps broad clean-ups off the service.)
-import { writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
 const entry = process.env.BENCH_ENTRY;
@@ -15,8 +14,4 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   // The service installs its own handlers for these; this one only reports the arrival.
   process.on(signal, () => process.stderr.write(`[bench-launch] ${signal} received by pid ${process.pid}\n`));
 }
-// BENCH_CGROUP_PROCS: join that cgroup before the service starts, so that all it then allocates
-// or maps is charged there (memory-startup's limited phase, bench/lib/cgroup.ts).
-const cgroupProcs = process.env.BENCH_CGROUP_PROCS;
-if (cgroupProcs) writeFileSync(cgroupProcs, String(process.pid));
 await import(pathToFileURL(entry).href);

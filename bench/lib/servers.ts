@@ -45,7 +45,12 @@ function serviceCommand(entry: string, env: Record<string, string>): { cmd: stri
   // load generator and the baselines too).
   // They come after the options `npm start` gives the service, so they can override them.
   const nodeArgs = [...startNodeOptions(projectRoot), ...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')];
-  return { cmd, args: [...nodeArgs, ...args], env: { ...env, BENCH_ENTRY: entry } };
+  const full = { ...env, BENCH_ENTRY: entry };
+  // BENCH_CGROUP_PROCS: the process joins that cgroup before node starts (a shell writes its own
+  // pid there, then becomes node), so all it allocates or maps is charged there
+  // (memory-startup's limited phase, bench/lib/cgroup.ts).
+  if (env.BENCH_CGROUP_PROCS) return { cmd: 'sh', args: ['-c', 'echo $$ > "$BENCH_CGROUP_PROCS" && exec "$@"', 'sh', cmd, ...nodeArgs, ...args], env: full };
+  return { cmd, args: [...nodeArgs, ...args], env: full };
 }
 
 export function serviceBuilt(): boolean {
