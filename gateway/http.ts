@@ -246,15 +246,15 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
     res.end(r.body, close);
     return;
   }
+  if (method === 'HEAD' && close) {
+    // A refusal that must close. This uWS build closes only through end() (endWithoutBody
+    // takes no close flag here), which also writes Content-Length: 0 where the GET's length
+    // belongs; closing wins: after a framing error the next request's start is unknown.
+    res.end('', true);
+    return;
+  }
   const body = typeof r.body === 'string' ? Buffer.from(r.body) : r.body;
   if (method === 'HEAD') {
-    if (close) {
-      // A refusal that must close. This uWS build closes only through end() (endWithoutBody
-      // takes no close flag here), which also writes Content-Length: 0 where the GET's length
-      // belongs; closing wins: after a framing error the next request's start is unknown.
-      res.end('', true);
-      return;
-    }
     // RFC 9110 §9.3.2: the length the GET would have had, and no body.
     res.writeHeader('content-length', String(body.length));
     res.endWithoutBody();
