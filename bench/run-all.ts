@@ -9,7 +9,7 @@ import { benchEntry, resultsDir } from './lib/paths.js';
 import { throughputTable, writeResults, type Row } from './lib/report.js';
 import type { TargetOutcome } from './lib/scenario.js';
 
-const all = ['get-order', 'conditional-get', 'post-order', 'list-orders', 'cluster-get', 'memory-startup', 'idempotency', 'idempotency-handle', 'batch-get', 'operation-poll', 'lifecycle-get', 'lifecycle-handle', 'webhook-signing', 'webhook-fanout', 'soak'];
+const all = ['get-order', 'conditional-get', 'post-order', 'list-orders', 'cluster-get', 'memory-startup', 'idempotency', 'idempotency-handle', 'instructions', 'batch-get', 'operation-poll', 'lifecycle-get', 'lifecycle-handle', 'webhook-signing', 'webhook-fanout', 'soak'];
 const picked = process.env.BENCH_SCENARIOS?.split(',').map((s) => s.trim()) ?? all;
 const unknown = picked.filter((s) => !all.includes(s));
 if (unknown.length > 0) throw new Error(`unknown scenario(s) ${unknown.join(', ')}; known: ${all.join(', ')}`);

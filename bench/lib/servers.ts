@@ -38,18 +38,21 @@ export async function startFastify(): Promise<Subject> {
 }
 
 /** Command line for one of the service's entry points, started through bench/lib/launch. */
-function serviceCommand(entry: string, env: Record<string, string>): { cmd: string; args: string[]; env: Record<string, string> } {
+function serviceCommand(entry: string, env: Record<string, string>, wrap: string[] = [], extraNodeArgs: string[] = []): { cmd: string; args: string[]; env: Record<string, string> } {
   const { cmd, args } = benchEntry('lib/launch.js');
   // BENCH_SERVICE_NODE_ARGS: node options for the service's processes only, e.g.
   // `--cpu-prof --cpu-prof-dir=/tmp/prof` (NODE_OPTIONS refuses --cpu-prof, and would reach the
   // load generator and the baselines too).
   // They come after the options `npm start` gives the service, so they can override them.
-  const nodeArgs = [...startNodeOptions(projectRoot), ...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')];
+  const nodeArgs = [...startNodeOptions(projectRoot), ...extraNodeArgs, ...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter((a) => a !== '')];
   const full = { ...env, BENCH_ENTRY: entry };
   // BENCH_CGROUP_PROCS: the process joins that cgroup before node starts (a shell writes its own
   // pid there, then becomes node), so all it allocates or maps is charged there
   // (memory-startup's limited phase, bench/lib/cgroup.ts).
   if (env.BENCH_CGROUP_PROCS) return { cmd: 'sh', args: ['-c', 'echo $$ > "$BENCH_CGROUP_PROCS" && exec "$@"', 'sh', cmd, ...nodeArgs, ...args], env: full };
+  // `wrap`: a program that runs node, such as valgrind (instructions.ts), its options first.
+  const [wrapper, ...wrapperArgs] = wrap;
+  if (wrapper !== undefined) return { cmd: wrapper, args: [...wrapperArgs, cmd, ...nodeArgs, ...args], env: full };
   return { cmd, args: [...nodeArgs, ...args], env: full };
 }
 
@@ -77,6 +80,12 @@ export interface ServiceOptions {
   /** Reuse this data directory (it is then not removed on stop). */
   dataDir?: string;
   env?: Record<string, string>;
+  /** Run node under this command line (e.g. valgrind and its options). */
+  wrap?: string[];
+  /** Node options after those `npm start` gives, overriding them. */
+  nodeArgs?: string[];
+  /** How long start-up may take; a wrapped service starts far slower. */
+  readyTimeoutMs?: number;
 }
 
 export async function startService(opts: ServiceOptions = {}): Promise<Subject> {
@@ -86,7 +95,8 @@ export async function startService(opts: ServiceOptions = {}): Promise<Subject> 
     const p = await startProcess({
       name: 'service',
       cwd: projectRoot,
-      ...serviceCommand(serviceGatewayMain, serviceEnv(dataDir, opts.env ?? {})),
+      readyTimeoutMs: opts.readyTimeoutMs,
+      ...serviceCommand(serviceGatewayMain, serviceEnv(dataDir, opts.env ?? {}), opts.wrap, opts.nodeArgs),
     });
     return {
       kind: 'service',
