@@ -1,7 +1,7 @@
 // Counting the instructions a process executes, with valgrind's callgrind: the same work counts
 // the same whatever else the machine is doing, where its seconds swing by a third on a shared
 // machine. The process runs under valgrind with instrumentation off (start-up at a few times its
-// speed), then `callgrind_control` switches it on, zeroes the counters, and reads them.
+// speed), then `callgrind_control` switches it on and zeroes the counters, and vgdb reads them.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,14 +17,15 @@ export class Callgrind {
   private pid = 0;
 
   /**
-   * vgdb names its pipes after USER and HOST as the guest saw them, and the service's HOST is its
-   * listen address: `callgrind_control` must be given the same values to find them.
+   * vgdb names its pipes after the user and host names the guest saw (LOGNAME or USER, HOST or
+   * HOSTNAME), and the service's HOST is its listen address: `callgrind_control` and vgdb must
+   * be given the same values to find them.
    */
   constructor(private readonly guestEnv: Record<string, string | undefined>) {}
 
   /** The command line to put before `node`. */
   get wrap(): string[] {
-    return ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--vgdb-prefix=${join(this.dir, 'vgdb')}`, `--callgrind-out-file=${join(this.dir, 'callgrind.out.%p')}`];
+    return ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--vgdb-prefix=${this.prefix}`, `--callgrind-out-file=${join(this.dir, 'callgrind.out.%p')}`];
   }
 
   attach(pid: number): void {
@@ -36,13 +37,19 @@ export class Callgrind {
     this.control('--zero');
   }
 
-  /** Instructions executed since the last zero, over every thread. */
+  /**
+   * Instructions executed since the last zero, over every thread: callgrind's own state report
+   * (what `callgrind_control -e` prints from), one `events-<thread>: <Ir>` line per thread.
+   */
   instructions(): number {
-    const out = this.control('-e');
-    // "Totals:  Ir" then one line per thread: "Th 1  7,013,972".
+    const out = this.run('vgdb', [`--vgdb-prefix=${this.prefix}`, `--pid=${this.pid}`, 'status', 'internal']);
     let total = 0;
-    for (const m of out.matchAll(/^\s*Th\s*\d+\s+([\d,]+)\s*$/gm)) total += Number(m[1]!.replace(/,/g, ''));
-    if (!/Totals:/.test(out)) throw new Error(`callgrind_control printed no totals:\n${out}`);
+    let threads = 0;
+    for (const m of out.matchAll(/^events-\d+: (\d+)$/gm)) {
+      total += Number(m[1]);
+      threads++;
+    }
+    if (threads === 0 || total === 0) throw new Error(`callgrind reported no instructions for ${this.pid}:\n${out}`);
     return total;
   }
 
@@ -50,16 +57,26 @@ export class Callgrind {
     rmSync(this.dir, { recursive: true, force: true });
   }
 
-  private control(action: string): string {
+  /** `callgrind_control` exits 0 whatever happens; only its "OK." says the action was done. */
+  private control(action: string): void {
+    const out = this.run('callgrind_control', [`--vgdb-prefix=${this.prefix}`, action, String(this.pid)]);
+    if (!/^\s*OK\.$/m.test(out) || /^Error:|No active callgrind runs|not detected/m.test(out)) throw new Error(`callgrind_control ${action} ${this.pid} failed:\n${out}`);
+  }
+
+  private get prefix(): string {
+    return join(this.dir, 'vgdb');
+  }
+
+  private run(program: string, args: string[]): string {
     const env = { ...process.env };
-    for (const name of ['USER', 'LOGNAME', 'HOST']) {
+    for (const name of ['USER', 'LOGNAME', 'HOST', 'HOSTNAME']) {
       const value = this.guestEnv[name];
       if (value === undefined) delete env[name];
       else env[name] = value;
     }
-    const r = spawnSync('callgrind_control', [`--vgdb-prefix=${join(this.dir, 'vgdb')}`, action, String(this.pid)], { encoding: 'utf8', env, timeout: 60_000 });
+    const r = spawnSync(program, args, { encoding: 'utf8', env, timeout: 60_000 });
     const out = `${r.stdout}${r.stderr}`;
-    if (r.status !== 0 || /error opening|No such/.test(out)) throw new Error(`callgrind_control ${action} ${this.pid} failed:\n${out}`);
+    if (r.error || r.status !== 0 || /error opening/.test(out)) throw new Error(`${program} ${args.join(' ')} failed:\n${r.error?.message ?? ''}${out}`);
     return out;
   }
 }

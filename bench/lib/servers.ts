@@ -49,11 +49,10 @@ function serviceCommand(entry: string, env: Record<string, string>, wrap: string
   // BENCH_CGROUP_PROCS: the process joins that cgroup before node starts (a shell writes its own
   // pid there, then becomes node), so all it allocates or maps is charged there
   // (memory-startup's limited phase, bench/lib/cgroup.ts).
-  if (env.BENCH_CGROUP_PROCS) return { cmd: 'sh', args: ['-c', 'echo $$ > "$BENCH_CGROUP_PROCS" && exec "$@"', 'sh', cmd, ...nodeArgs, ...args], env: full };
   // `wrap`: a program that runs node, such as valgrind (instructions.ts), its options first.
-  const [wrapper, ...wrapperArgs] = wrap;
-  if (wrapper !== undefined) return { cmd: wrapper, args: [...wrapperArgs, cmd, ...nodeArgs, ...args], env: full };
-  return { cmd, args: [...nodeArgs, ...args], env: full };
+  const line = [...wrap, cmd, ...nodeArgs, ...args];
+  if (env.BENCH_CGROUP_PROCS) return { cmd: 'sh', args: ['-c', 'echo $$ > "$BENCH_CGROUP_PROCS" && exec "$@"', 'sh', ...line], env: full };
+  return { cmd: line[0]!, args: line.slice(1), env: full };
 }
 
 export function serviceBuilt(): boolean {
