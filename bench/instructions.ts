@@ -14,7 +14,7 @@ import { call, closeHttp, pool } from './lib/http.js';
 import { createOrder } from './lib/orders.js';
 import { benchDir, fromSource } from './lib/paths.js';
 import { genericTable, writeResults } from './lib/report.js';
-import { startService } from './lib/servers.js';
+import { LISTEN_HOST, startService } from './lib/servers.js';
 import { mintToken } from './lib/token.js';
 import { Callgrind, haveValgrind } from './lib/callgrind.js';
 
@@ -41,8 +41,8 @@ if (fromSource) throw new Error(`${SCENARIO} runs the compiled bench (npm run bu
 type Kind = 'plain' | 'keyed' | 'get' | 'replay';
 
 const token = await mintToken();
-// The service sees this environment plus its own settings, HOST among them (lib/servers.ts).
-const guest = { USER: process.env.USER, LOGNAME: process.env.LOGNAME, HOSTNAME: process.env.HOSTNAME, HOST: '127.0.0.1' };
+// The service sees this environment plus its own settings, HOST among them.
+const guest = { USER: process.env.USER, LOGNAME: process.env.LOGNAME, HOSTNAME: process.env.HOSTNAME, HOST: LISTEN_HOST };
 const counter = new Callgrind(guest);
 try {
   const service = await startService({ nodeArgs: NODE_ARGS, wrap: counter.wrap, readyTimeoutMs: 300_000 });

@@ -23,7 +23,9 @@ export interface Subject {
   stop(): Promise<void>;
 }
 
-const baseEnv = { PORT: '0', HOST: '127.0.0.1' };
+/** Where every server the bench starts listens: its HOST setting. */
+export const LISTEN_HOST = '127.0.0.1';
+const baseEnv = { PORT: '0', HOST: LISTEN_HOST };
 
 export async function startCeiling(): Promise<Subject> {
   const { cmd, args } = benchEntry('baselines/uws-ceiling.js');
