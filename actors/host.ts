@@ -101,16 +101,23 @@ interface Bound {
   table: Table<Versioned>;
 }
 
-/** What an Idempotency-Key's first request did, kept beside its effect (CONTRACT §7). */
+/**
+ * What an Idempotency-Key's first request did, kept beside its effect (CONTRACT §7). A success
+ * whose value is a record the same turn wrote (a new order, a paid one) keeps that record's
+ * stored bytes, encoded once for both; any other answer keeps `result`.
+ */
 interface IdemRecord {
-  id: string;
   fingerprint: string;
-  result: Result<unknown>;
   expiresAt: number;
+  result?: Result<unknown>;
+  /** The table of the record kept as bytes. */
+  table?: string;
+  /** The record, as `table` stores it. Read from LMDB, they view its read buffer: decode at once. */
+  bytes?: Uint8Array;
 }
 
 // Keyed by tenant + key (the key's scope); indexed by expiry so the sweep reads only what is due.
-const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
+const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', missesKept: true, indexKeys: (r, id) => [[r.expiresAt, id]] };
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 /** Open operations a resume pass reads at most, looking for ones to start. */
@@ -556,18 +563,19 @@ export class ActorHost implements ActorEndpoint {
     // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     let held = keys;
+    const id = cmd.idem ? idemId(cmd.tenant, cmd.idem.key) : '';
     if (cmd.idem) {
       // A kept answer is found in the turn (the gateway usually asked already, with idem.peek).
-      const id = idemId(cmd.tenant, cmd.idem.key);
-      if (this.boxes.has(idemBox(id))) return Promise.resolve(IN_FLIGHT);
-      held = [idemBox(id), ...keys];
+      const box = idemBox(id);
+      if (this.boxes.has(box)) return Promise.resolve(IN_FLIGHT);
+      held = [box, ...keys];
     }
     const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
     this.inflight++;
     return this.holding(held, () => {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
       if (performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
-      return this.turn(cmd, plan);
+      return this.turn(cmd, id, plan);
     }).finally(() => {
       this.inflight--;
     });
@@ -576,14 +584,14 @@ export class ActorHost implements ActorEndpoint {
   /**
    * One turn: decide, then commit the effect and (with an Idempotency-Key) its result in one
    * transaction, durably, before replying. A refusal (4xx) is kept under the key as well, so a
-   * retry gets the same answer; a failure of ours (5xx) is not kept (CONTRACT §7).
+   * retry gets the same answer; a failure of ours (5xx) is not kept (CONTRACT §7). `id` names
+   * the key's record when the command has one.
    */
-  private async turn(cmd: Command, plan: (now: number) => Plan): Promise<Result<unknown>> {
+  private async turn(cmd: Command, id: string, plan: (now: number) => Plan): Promise<Result<unknown>> {
     const stat = this.stat(cmd.kind);
     const started = performance.now();
     try {
       const now = this.now();
-      const id = cmd.idem ? idemId(cmd.tenant, cmd.idem.key) : '';
       const before = cmd.idem ? this.idem.get(id) : undefined;
       if (cmd.idem) {
         const prior = this.priorResult(before, cmd.idem);
@@ -611,8 +619,7 @@ export class ActorHost implements ActorEndpoint {
         keep = err.extra.retry !== true;
       }
       if (cmd.idem && keep) {
-        const after: IdemRecord = { id, fingerprint: cmd.idem.fingerprint, result, expiresAt: now + this.ttlMs };
-        writes.push({ table: this.idem as Table<unknown>, id, before, after });
+        writes.push({ table: this.idem as Table<unknown>, id, before, after: idemRecord(cmd.idem.fingerprint, now + this.ttlMs, result, writes) });
       }
       if (writes.length) await this.store.commit(writes);
       if (emitted) this.dispatcher?.kick();
@@ -642,7 +649,8 @@ export class ActorHost implements ActorEndpoint {
     if (rec.fingerprint !== tag.fingerprint) {
       return { ok: false, error: { code: 'idempotency-key-reused', detail: 'This Idempotency-Key was first used with another method, path or body.' } };
     }
-    return { ...rec.result, replayed: true, keptUntil: rec.expiresAt };
+    const result: Result<unknown> = rec.bytes ? { ok: true, value: this.store.tableNamed(rec.table!)!.decode(rec.bytes) } : rec.result!;
+    return { ...result, replayed: true, keptUntil: rec.expiresAt };
   }
 
   private stat(kind: string): Stat {
@@ -678,6 +686,13 @@ export class ActorHost implements ActorEndpoint {
    */
   private holding(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
     if (keys.length === 1) return this.enqueue(keys[0]!, run);
+    if (keys.length === 2) {
+      // The common pair (a keyed write: its key and its record), taken in the same order.
+      const a = keys[0]!;
+      const b = keys[1]!;
+      if (a === b) return this.enqueue(a, run);
+      return a < b ? this.enqueue(a, () => this.enqueue(b, run)) : this.enqueue(b, () => this.enqueue(a, run));
+    }
     const sorted = [...new Set(keys)].sort();
     const take = (i: number): Promise<Result<unknown>> => (i === sorted.length ? run() : this.enqueue(sorted[i]!, () => take(i + 1)));
     return take(0);
@@ -703,4 +718,20 @@ export class ActorHost implements ActorEndpoint {
 /** Whether index position `a` (sort value, id) comes after `b`. */
 function isAfter(a: [string | number, string], b: [string | number, string]): boolean {
   return a[0] !== b[0] ? a[0] > b[0] : a[1] > b[1];
+}
+
+/**
+ * What an Idempotency-Key keeps of a turn's answer. A success whose value is a record the turn
+ * writes (the usual reply of a write) is kept as that record's bytes, which the turn's own write
+ * then reuses: encoded once, not twice. Anything else is kept as it is.
+ */
+function idemRecord(fingerprint: string, expiresAt: number, result: Result<unknown>, writes: Write<unknown>[]): IdemRecord {
+  if (result.ok && result.value !== undefined && result.value !== null) {
+    for (const w of writes) {
+      if (w.after !== result.value) continue;
+      w.encoded ??= w.table.encode(w.after);
+      return { fingerprint, expiresAt, table: w.table.spec.name, bytes: w.encoded };
+    }
+  }
+  return { fingerprint, expiresAt, result };
 }

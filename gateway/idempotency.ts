@@ -7,7 +7,7 @@
 import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
 import { deepFreeze } from '../common/freeze.js';
-import { partitionFor } from '../common/ids.js';
+import { partitionForPair } from '../common/ids.js';
 import type { IdemTag, Result } from '../proto/messages.js';
 import type { GatewayRequest } from './http-types.js';
 import { BoundedMap } from '../common/bounded-map.js';
@@ -43,7 +43,7 @@ export function idemTag(req: GatewayRequest, key: string): IdemTag {
  * of it, through any gateway, reaches the same owner and meets the first one's result there.
  */
 export function homePartition(tenant: string, key: string): number {
-  return partitionFor(`${tenant}\u0000${key}`);
+  return partitionForPair(tenant, key);
 }
 
 /** What a request must repeat, byte for byte, to be a retry (the fingerprint hashes the same). */

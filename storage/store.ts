@@ -14,8 +14,8 @@ export type IndexKey = (string | number)[];
 
 export interface TableSpec<T> {
   name: string;
-  /** Every index key the record should have; recomputed and diffed on each write. */
-  indexKeys(record: T): IndexKey[];
+  /** Every index key the record (stored under `id`) should have; recomputed and diffed on each write. */
+  indexKeys(record: T, id: string): IndexKey[];
   /**
    * Keep recently read records decoded in memory (the resources clients read: orders, users,
    * ...). Tables mostly written and seldom read again (events, deliveries, keys) leave it off.
@@ -36,6 +36,8 @@ export interface Write<T> {
   before: T | undefined;
   /** The record after this write (undefined: delete it). */
   after: T | undefined;
+  /** `after` as this table stores it (Table.encode), when the writer encoded it already. */
+  encoded?: Uint8Array;
 }
 
 export interface RangeQuery {
@@ -68,6 +70,7 @@ interface Op {
 
 interface Encoding {
   encoder: { encode(value: unknown): Uint8Array };
+  decoder: { decode(bytes: Uint8Array): unknown };
 }
 
 /** An upper bound of the bytes ordered-binary writes for `key`. */
@@ -141,6 +144,19 @@ export class Table<T> {
     deepFreeze(record);
     if (bytes <= RECORD_CACHE_BYTES / 16) this.cache.set(id, record, bytes);
     return record;
+  }
+
+  /**
+   * The bytes a write of `record` stores. Encoded once, they can also travel inside another
+   * record (Write.encoded): an Idempotency-Key keeps the record its request wrote this way.
+   */
+  encode(record: T): Uint8Array {
+    return (this.db as unknown as Encoding).encoder.encode(record);
+  }
+
+  /** The record `encode` made these bytes from (a new, unfrozen object). */
+  decode(bytes: Uint8Array): T {
+    return (this.db as unknown as Encoding).decoder.decode(bytes) as T;
   }
 
   /** Encoded bytes of the records this table keeps decoded (at most RECORD_CACHE_BYTES). */
@@ -222,6 +238,11 @@ export class Store {
     };
     const root = open(options);
     return new Store(root);
+  }
+
+  /** The table opened under `name`, if one was. */
+  tableNamed(name: string): Table<unknown> | undefined {
+    return this.tables.get(name);
   }
 
   table<T>(spec: TableSpec<T>): Table<T> {
@@ -316,9 +337,9 @@ export class Store {
   private plan(writes: Write<unknown>[]): { list: Op[]; keysFit: boolean } {
     const list: Op[] = [];
     let keysFit = true;
-    for (const { table, id, before, after } of writes) {
-      const oldKeys = before === undefined ? [] : table.spec.indexKeys(before);
-      const newKeys = after === undefined ? [] : table.spec.indexKeys(after);
+    for (const { table, id, before, after, encoded } of writes) {
+      const oldKeys = before === undefined ? [] : table.spec.indexKeys(before, id);
+      const newKeys = after === undefined ? [] : table.spec.indexKeys(after, id);
       const name = table.spec.name;
       for (const k of oldKeys) {
         if (includesKey(newKeys, k)) continue;
@@ -333,8 +354,8 @@ export class Store {
         list.push({ db: this.index, key, value: this.present });
       }
       keysFit &&= keyBound([id]) <= KEY_BYTES_SURE;
-      const db = table.db as unknown as Database<unknown, Key> & Encoding;
-      list.push({ db, key: id, value: after === undefined ? undefined : asBinary(db.encoder.encode(after)) });
+      const db = table.db as unknown as Database<unknown, Key>;
+      list.push({ db, key: id, value: after === undefined ? undefined : asBinary(encoded ?? table.encode(after)) });
     }
     return { list, keysFit };
   }

@@ -8,6 +8,7 @@ import { ActorHost } from '../actors/host.js';
 import type { Command, IdemTag, OrderRecord, Result } from '../proto/messages.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { allPartitions } from '../common/partitions.js';
+import { Store, type TableSpec } from '../storage/store.js';
 
 interface Context {
   dir: string;
@@ -52,6 +53,48 @@ test('a keyed write whose answer was lost is answered again to the retry, and ru
   t.deepEqual(retry.ok && retry.value, first.ok && first.value);
   const other = await host.handle(create('t1', tag('k', 'fp-2')));
   t.like(other, { ok: false, error: { code: 'idempotency-key-reused' } });
+});
+
+test('a kept answer is the record as the first request left it, not as it is now', async (t) => {
+  const { host } = t.context;
+  const command = create('t1', tag('snapshot'));
+  const first = await host.handle(command);
+  t.true(first.ok);
+  const created = first.ok ? (first.value as OrderRecord) : undefined;
+  const { id } = created!;
+  const { partition } = command;
+  // The order moves on under another request.
+  const cancelled = await host.handle({ kind: 'order.cancel', tenant: 't1', partition, id, ifMatch: undefined });
+  t.true(cancelled.ok, JSON.stringify(cancelled));
+  const now = cancelled.ok ? (cancelled.value as OrderRecord) : undefined;
+  t.not(now!.version, created!.version);
+  const retry = await host.handle(create('t1', tag('snapshot')));
+  t.true(retry.replayed);
+  t.deepEqual(retry.ok && retry.value, created, 'the order as created, not as cancelled');
+  t.not(created!.status, now!.status);
+});
+
+test('a key kept in the earlier format, the whole answer beside its id, still replays', async (t) => {
+  const { dir } = t.context;
+  await t.context.host.close();
+  // Written as the host wrote a key before it kept a record's bytes instead of a copy of it.
+  const value = { id: 'ord_earlier', status: 'open', version: 3 };
+  const earlier: TableSpec<{ id: string; expiresAt: number }> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
+  const store = Store.open(dir);
+  const table = store.table(earlier);
+  const id = 't1\u0000earlier';
+  const record = { id, fingerprint: 'fp-1', result: { ok: true, value }, expiresAt: t.context.clock.now + HOUR };
+  await store.commit([{ table: table as never, id, before: undefined, after: record }]);
+  await store.close();
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, idempotencyTtlMs: TTL, now: () => t.context.clock.now, log: silentLog() });
+  t.context.host = host;
+  const retry = await host.handle(create('t1', tag('earlier')));
+  t.true(retry.replayed);
+  t.deepEqual(retry.ok && retry.value, value);
+  t.like(await host.handle(create('t1', tag('earlier', 'fp-2'))), { ok: false, error: { code: 'idempotency-key-reused' } });
+  // And the sweep still finds it by the expiry it was indexed under.
+  t.context.clock.now += HOUR + 1;
+  t.is(await host.sweepIdempotency(), 1);
 });
 
 test('two writes with one key at once: the second is refused as in flight, not queued', async (t) => {

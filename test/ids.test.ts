@@ -1,7 +1,7 @@
 // Ids (common/ids.ts): the time, partition and random parts, and ids derived from another id.
 
 import test from 'ava';
-import { derivedId, newId, parseId, partitionOf } from '../common/ids.js';
+import { derivedId, newId, parseId, partitionFor, partitionForPair, partitionOf } from '../common/ids.js';
 
 test('a derived id is fixed by its base and name, keeps the base time and partition, and is a valid id of its kind', (t) => {
   const event = newId('event', 0xa7);
@@ -19,4 +19,16 @@ test('derived ids of a thousand names under one base are all different and all w
   const ids = Array.from({ length: 1000 }, (_, i) => derivedId('delivery', event, `we_${i}`));
   t.is(new Set(ids).size, ids.length);
   t.true(ids.every((id) => parseId('delivery', id) === id));
+});
+
+test('a pair lands where the two joined by NUL land, so keyed creates keep their home across versions', (t) => {
+  const pairs: [string, string][] = [['t1', 'k'], ['', ''], ['tenant_acme', 'b3f1c2a4-0d9e-4f51-9a3c-2e7d1f0b8c6a'], ['tenant-ü', 'ключ-🍕'], ['a', '']];
+  for (let i = 0; i < 200; i++) pairs.push([`tenant-${i}`, `key-${i * 7919}`]);
+  const spread = new Set<number>();
+  for (const [a, b] of pairs) {
+    t.is(partitionForPair(a, b), partitionFor(`${a}\u0000${b}`), `${a} / ${b}`);
+    spread.add(partitionForPair(a, b));
+  }
+  // Not one constant: the pairs spread over many partitions.
+  t.true(spread.size > 50);
 });
