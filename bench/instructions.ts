@@ -21,7 +21,8 @@ import { Callgrind, haveValgrind } from './lib/callgrind.js';
 const SCENARIO = 'instructions';
 const REQUESTS = Number(process.env.BENCH_INSTR_REQUESTS ?? 3000);
 const WARMUP = Number(process.env.BENCH_INSTR_WARMUP ?? 3000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+// Five rounds: a round's figure moves by a tenth with where the collector's big pauses fall.
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 // The young generation's collections cost in whichever phase fills it. Semi-spaces of 4 MiB
 // (npm start gives 32) make them small and many, so each phase carries its own share.
 const NODE_ARGS = ['--max-semi-space-size=4', `--import=${join(benchDir, 'lib', 'map-cap.js')}`];
@@ -77,8 +78,10 @@ async function measure(url: string, pid: number): Promise<void> {
 
   // The first request under the replayed key runs alone: retries sent beside it would get 409.
   await send.replay();
-  // Warm-up, instrumentation off: every path compiled and every cache at its steady state.
-  for (const kind of ['plain', 'keyed', 'get', 'replay'] as const) await run(kind, WARMUP);
+  // Warm-up, instrumentation off: every path compiled and every cache at its steady state. Two
+  // passes over the kinds, as the rounds alternate them, so code the kinds share has seen every
+  // one of them before counting starts.
+  for (let pass = 0; pass < 2; pass++) for (const kind of ['plain', 'keyed', 'get', 'replay'] as const) await run(kind, WARMUP / 2);
   counter.attach(pid);
 
   const perRequest: Record<Kind, number[]> = { plain: [], keyed: [], get: [], replay: [] };
