@@ -107,12 +107,14 @@ interface Bound {
  * stored bytes, encoded once for both; any other answer keeps `result`.
  */
 interface IdemRecord {
+  /** The key's id; the index takes it from the write, but builds before c8f981e sweep by it. */
+  id: string;
   fingerprint: string;
   expiresAt: number;
   result?: Result<unknown>;
   /** The table of the record kept as bytes. */
   table?: string;
-  /** The record, as `table` stores it. Read from LMDB, they view its read buffer: decode at once. */
+  /** The record, as `table` stores it (lmdb-js hands back a copy on read). */
   bytes?: Uint8Array;
 }
 
@@ -619,7 +621,7 @@ export class ActorHost implements ActorEndpoint {
         keep = err.extra.retry !== true;
       }
       if (cmd.idem && keep) {
-        writes.push({ table: this.idem as Table<unknown>, id, before, after: idemRecord(cmd.idem.fingerprint, now + this.ttlMs, result, writes) });
+        writes.push({ table: this.idem as Table<unknown>, id, before, after: idemRecord(id, cmd.idem.fingerprint, now + this.ttlMs, result, writes) });
       }
       if (writes.length) await this.store.commit(writes);
       if (emitted) this.dispatcher?.kick();
@@ -649,8 +651,18 @@ export class ActorHost implements ActorEndpoint {
     if (rec.fingerprint !== tag.fingerprint) {
       return { ok: false, error: { code: 'idempotency-key-reused', detail: 'This Idempotency-Key was first used with another method, path or body.' } };
     }
-    const result: Result<unknown> = rec.bytes ? { ok: true, value: this.store.tableNamed(rec.table!)!.decode(rec.bytes) } : rec.result!;
+    const result = rec.bytes ? this.keptRecord(rec.table!, rec.bytes) : rec.result!;
+    // Bytes that cannot be read back are our failure, answered as one, never as a replay.
+    if (rec.bytes && !result.ok) return result;
     return { ...result, replayed: true, keptUntil: rec.expiresAt };
+  }
+
+  /** A record kept as bytes under a key; one naming a table this host has not opened is a fault of ours (500). */
+  private keptRecord(table: string, bytes: Uint8Array): Result<unknown> {
+    const owner = this.store.tableNamed(table);
+    if (owner) return { ok: true, value: owner.decode(bytes) };
+    this.opts.log.error({ table }, 'an idempotency record names a table that is not open');
+    return { ok: false, error: { code: 'internal', detail: 'The request could not be completed.' } };
   }
 
   private stat(kind: string): Stat {
@@ -725,13 +737,13 @@ function isAfter(a: [string | number, string], b: [string | number, string]): bo
  * writes (the usual reply of a write) is kept as that record's bytes, which the turn's own write
  * then reuses: encoded once, not twice. Anything else is kept as it is.
  */
-function idemRecord(fingerprint: string, expiresAt: number, result: Result<unknown>, writes: Write<unknown>[]): IdemRecord {
+function idemRecord(id: string, fingerprint: string, expiresAt: number, result: Result<unknown>, writes: Write<unknown>[]): IdemRecord {
   if (result.ok && result.value !== undefined && result.value !== null) {
     for (const w of writes) {
       if (w.after !== result.value) continue;
       w.encoded ??= w.table.encode(w.after);
-      return { fingerprint, expiresAt, table: w.table.spec.name, bytes: w.encoded };
+      return { id, fingerprint, expiresAt, table: w.table.spec.name, bytes: w.encoded };
     }
   }
-  return { fingerprint, expiresAt, result };
+  return { id, fingerprint, expiresAt, result };
 }

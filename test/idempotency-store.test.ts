@@ -39,6 +39,8 @@ function create(tenant: string, idem: IdemTag | undefined, note = 'n'): Command 
 }
 
 const tag = (key: string, fingerprint = 'fp-1'): IdemTag => ({ key, fingerprint });
+// The host's idempotency table as an earlier build defined it, to write and read its records directly.
+const IDEM_SPEC: TableSpec<{ id: string; expiresAt: number }> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
 const idOf = (r: Result<unknown>): string => (r.ok ? (r.value as OrderRecord).id : `error ${r.error.code}`);
 
 test('a keyed write whose answer was lost is answered again to the retry, and runs once', async (t) => {
@@ -55,23 +57,32 @@ test('a keyed write whose answer was lost is answered again to the retry, and ru
   t.like(other, { ok: false, error: { code: 'idempotency-key-reused' } });
 });
 
-test('a kept answer is the record as the first request left it, not as it is now', async (t) => {
-  const { host } = t.context;
+test('a kept answer is the record as the first request left it, not as it is now, after a restart too', async (t) => {
+  const { dir, clock } = t.context;
   const command = create('t1', tag('snapshot'));
-  const first = await host.handle(command);
+  const first = await t.context.host.handle(command);
   t.true(first.ok);
   const created = first.ok ? (first.value as OrderRecord) : undefined;
-  const { id } = created!;
-  const { partition } = command;
+  await t.context.host.close();
+  // The key's record holds the order's stored bytes, not a copy of the answer.
+  const store = Store.open(dir);
+  const raw = store.table(IDEM_SPEC).get('t1\u0000snapshot') as Record<string, unknown> | undefined;
+  await store.close();
+  t.truthy(raw?.bytes instanceof Uint8Array, 'kept as bytes');
+  t.is(raw?.table, 'orders');
+  t.is(raw?.result, undefined);
+  // Restarted: the bytes decode with the record shapes the orders table reloads from disk.
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, idempotencyTtlMs: TTL, now: () => clock.now, log: silentLog() });
+  t.context.host = host;
   // The order moves on under another request.
-  const cancelled = await host.handle({ kind: 'order.cancel', tenant: 't1', partition, id, ifMatch: undefined });
+  const cancelled = await host.handle({ kind: 'order.cancel', tenant: 't1', partition: command.partition, id: created!.id, ifMatch: undefined });
   t.true(cancelled.ok, JSON.stringify(cancelled));
   const now = cancelled.ok ? (cancelled.value as OrderRecord) : undefined;
   t.not(now!.version, created!.version);
+  t.not(now!.status, created!.status);
   const retry = await host.handle(create('t1', tag('snapshot')));
   t.true(retry.replayed);
   t.deepEqual(retry.ok && retry.value, created, 'the order as created, not as cancelled');
-  t.not(created!.status, now!.status);
 });
 
 test('a key kept in the earlier format, the whole answer beside its id, still replays', async (t) => {
@@ -79,9 +90,8 @@ test('a key kept in the earlier format, the whole answer beside its id, still re
   await t.context.host.close();
   // Written as the host wrote a key before it kept a record's bytes instead of a copy of it.
   const value = { id: 'ord_earlier', status: 'open', version: 3 };
-  const earlier: TableSpec<{ id: string; expiresAt: number }> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
   const store = Store.open(dir);
-  const table = store.table(earlier);
+  const table = store.table(IDEM_SPEC);
   const id = 't1\u0000earlier';
   const record = { id, fingerprint: 'fp-1', result: { ok: true, value }, expiresAt: t.context.clock.now + HOUR };
   await store.commit([{ table: table as never, id, before: undefined, after: record }]);

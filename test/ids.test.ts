@@ -31,4 +31,9 @@ test('a pair lands where the two joined by NUL land, so keyed creates keep their
   }
   // Not one constant: the pairs spread over many partitions.
   t.true(spread.size > 50);
+  // Where keys created before partitionForPair existed live: the same FNV-1a over the joined
+  // string, worked out by the code it replaced.
+  t.is(partitionForPair('t1', 'k'), 171);
+  t.is(partitionForPair('tenant_acme', 'b3f1c2a4-0d9e-4f51-9a3c-2e7d1f0b8c6a'), 111);
+  t.is(partitionForPair('bench', 'instructions-7'), 194);
 });
