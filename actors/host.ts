@@ -107,7 +107,6 @@ interface Bound {
  * stored bytes, encoded once for both; any other answer keeps `result`.
  */
 interface IdemRecord {
-  /** The key's id; the index takes it from the write, but builds before c8f981e sweep by it. */
   id: string;
   fingerprint: string;
   expiresAt: number;
@@ -119,7 +118,7 @@ interface IdemRecord {
 }
 
 // Keyed by tenant + key (the key's scope); indexed by expiry so the sweep reads only what is due.
-const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', missesKept: true, indexKeys: (r, id) => [[r.expiresAt, id]] };
+const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 /** Open operations a resume pass reads at most, looking for ones to start. */

@@ -14,8 +14,8 @@ export type IndexKey = (string | number)[];
 
 export interface TableSpec<T> {
   name: string;
-  /** Every index key the record (stored under `id`) should have; recomputed and diffed on each write. */
-  indexKeys(record: T, id: string): IndexKey[];
+  /** Every index key the record should have; recomputed and diffed on each write. */
+  indexKeys(record: T): IndexKey[];
   /**
    * Keep recently read records decoded in memory (the resources clients read: orders, users,
    * ...). Tables mostly written and seldom read again (events, deliveries, keys) leave it off.
@@ -338,8 +338,8 @@ export class Store {
     const list: Op[] = [];
     let keysFit = true;
     for (const { table, id, before, after, encoded } of writes) {
-      const oldKeys = before === undefined ? [] : table.spec.indexKeys(before, id);
-      const newKeys = after === undefined ? [] : table.spec.indexKeys(after, id);
+      const oldKeys = before === undefined ? [] : table.spec.indexKeys(before);
+      const newKeys = after === undefined ? [] : table.spec.indexKeys(after);
       const name = table.spec.name;
       for (const k of oldKeys) {
         if (includesKey(newKeys, k)) continue;
