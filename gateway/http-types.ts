@@ -1,14 +1,32 @@
 // The plain request and response that everything behind the uWS adapter works with, so the
 // pipeline is a pure function tests can call without a socket (STYLE 2).
 
+/**
+ * The request headers anything behind the adapter reads, by their lower-cased names. The adapter
+ * keeps these and no others (gateway/http.ts), so a header read anywhere must be named here.
+ */
+export interface RequestHeaders {
+  authorization?: string;
+  accept?: string;
+  'accept-encoding'?: string;
+  'accept-language'?: string;
+  'content-type'?: string;
+  'content-length'?: string;
+  'transfer-encoding'?: string;
+  'if-match'?: string;
+  'if-none-match'?: string;
+  'idempotency-key'?: string;
+  traceparent?: string;
+}
+
 export interface GatewayRequest {
   method: string;
   /** Path without the query string, as received (not decoded). */
   path: string;
   /** Raw query string without the leading '?'. */
   query: string;
-  /** Lower-cased names; repeated headers joined with ', '. */
-  headers: Record<string, string>;
+  /** The headers the gateway reads; repeated lines joined with ', '. */
+  headers: RequestHeaders;
   body: Buffer | undefined;
   /**
    * The peer's address as uWS writes it: dotted IPv4, or IPv6 in full (8 groups of 4 hex

@@ -7,7 +7,7 @@ import { STATUS_CODES } from 'node:http';
 import uWS from '@trufflesuite/uws-js-unofficial';
 import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
-import type { GatewayRequest, GatewayResponse } from './http-types.js';
+import type { GatewayRequest, GatewayResponse, RequestHeaders } from './http-types.js';
 import { traceIdOf } from './pipeline.js';
 import { problemResponse } from './problem.js';
 
@@ -31,10 +31,35 @@ export interface HttpOptions {
    * native call and a fresh ArrayBuffer, about 2-3 µs (a tenth of a whole GET), so the
    * address is read only when this says so, and always before any await.
    */
-  needsAddress(headers: Record<string, string>): boolean;
+  needsAddress(headers: RequestHeaders): boolean;
 }
 
 const SMALL_BODY_BYTES = 16 * 1024;
+
+/**
+ * The headers the gateway reads (RequestHeaders), and only those: the others count toward the
+ * head's size and are not kept. Every member is set on construction, so every request's headers
+ * share one shape; an absent header is undefined, as a missing key would be.
+ */
+class KeptHeaders implements RequestHeaders {
+  authorization: string | undefined = undefined;
+  accept: string | undefined = undefined;
+  'accept-encoding': string | undefined = undefined;
+  'accept-language': string | undefined = undefined;
+  'content-type': string | undefined = undefined;
+  'content-length': string | undefined = undefined;
+  'transfer-encoding': string | undefined = undefined;
+  'if-match': string | undefined = undefined;
+  'if-none-match': string | undefined = undefined;
+  'idempotency-key': string | undefined = undefined;
+  traceparent: string | undefined = undefined;
+}
+
+/** Repeated header lines arrive one by one; their values are joined with ', ' (RFC 9110 §5.3). */
+function joined(before: string | undefined, v: string): string {
+  return before === undefined ? v : `${before}, ${v}`;
+}
+
 // Addresses are ASCII; TextDecoder reads uWS's ArrayBuffer without wrapping it in a Buffer first.
 const ascii = new TextDecoder();
 const statusLines = new Map<number, string>();
@@ -81,7 +106,7 @@ function badFraming(detail: string): ApiError {
  * connection: after a framing error the server cannot know where the next request starts.
  * `lengths` and `codings` count header lines, since repeats arrive joined into one value.
  */
-function refuseHead(headers: Record<string, string>, headBytes: number, lengths: number, codings: number, maxBodyBytes: number): ApiError | undefined {
+function refuseHead(headers: RequestHeaders, headBytes: number, lengths: number, codings: number, maxBodyBytes: number): ApiError | undefined {
   if (headBytes > MAX_HEAD_BYTES) {
     return new ApiError('request-header-fields-too-large', `The request line and headers exceed ${MAX_HEAD_BYTES} bytes.`);
   }
@@ -114,17 +139,56 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
   const app = uWS.App();
 
   app.any('/*', (res, req) => {
-    const headers: Record<string, string> = {};
+    const headers = new KeptHeaders();
     let headBytes = 0;
     let lengths = 0;
     let codings = 0;
     let connection: string | undefined;
     req.forEach((k, v) => {
       headBytes += k.length + v.length + 4; // "name: value" CRLF
-      if (k === 'content-length') lengths++;
-      else if (k === 'transfer-encoding') codings++;
-      else if (k === 'connection') connection ??= v;
-      headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`;
+      // Named stores into one fixed shape: a store keyed by the name uWS hands over (a fresh
+      // string) would look the name up in V8's string table and leave the object in
+      // dictionary mode, for every header of every request.
+      switch (k) {
+        case 'authorization':
+          headers.authorization = joined(headers.authorization, v);
+          break;
+        case 'accept':
+          headers.accept = joined(headers.accept, v);
+          break;
+        case 'accept-encoding':
+          headers['accept-encoding'] = joined(headers['accept-encoding'], v);
+          break;
+        case 'accept-language':
+          headers['accept-language'] = joined(headers['accept-language'], v);
+          break;
+        case 'content-type':
+          headers['content-type'] = joined(headers['content-type'], v);
+          break;
+        case 'content-length':
+          lengths++;
+          headers['content-length'] = joined(headers['content-length'], v);
+          break;
+        case 'transfer-encoding':
+          codings++;
+          headers['transfer-encoding'] = joined(headers['transfer-encoding'], v);
+          break;
+        case 'if-match':
+          headers['if-match'] = joined(headers['if-match'], v);
+          break;
+        case 'if-none-match':
+          headers['if-none-match'] = joined(headers['if-none-match'], v);
+          break;
+        case 'idempotency-key':
+          headers['idempotency-key'] = joined(headers['idempotency-key'], v);
+          break;
+        case 'traceparent':
+          headers.traceparent = joined(headers.traceparent, v);
+          break;
+        case 'connection':
+          connection ??= v;
+          break;
+      }
     });
     const request: GatewayRequest = {
       method: req.getCaseSensitiveMethod().toUpperCase(),

@@ -13,7 +13,7 @@ import { ApiError, fromWire } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { Authenticator, Principal } from './auth.js';
 import type { BusClient, Replay } from './bus-client.js';
-import type { GatewayRequest, GatewayResponse } from './http-types.js';
+import type { GatewayRequest, GatewayResponse, RequestHeaders } from './http-types.js';
 import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
@@ -55,7 +55,7 @@ export interface Gateway {
    * before, which is charged to its principal. (One that expires in between is charged to the
    * empty address: a bucket shared only by such stragglers.)
    */
-  needsAddress(headers: Record<string, string>): boolean;
+  needsAddress(headers: RequestHeaders): boolean;
   routes: readonly RouteDef[];
   /** Stops the rate limiter's sweep. */
   close(): void;
@@ -176,7 +176,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     return withQuota(withLifecycle(problemResponse(problem, traceId, deps.log), life), limiter, quota);
   }
 
-  const needsAddress = (headers: Record<string, string>): boolean => deps.auth.cached(headers.authorization) === undefined;
+  const needsAddress = (headers: RequestHeaders): boolean => deps.auth.cached(headers.authorization) === undefined;
 
   return { handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
 }

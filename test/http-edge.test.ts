@@ -7,7 +7,7 @@ import { Pool } from 'undici';
 import { loadConfig } from '../common/config.js';
 import { type Service, startService } from '../gateway/app.js';
 import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
-import { afterResponses, asAnswer, chunked, only, parseResponses, rawExchange, rawHeader, rawRequest } from './helpers/raw-http.js';
+import { afterResponses, asAnswer, chunked, only, parseResponses, rawExchange, rawHeader, rawRequest, type RawResponse } from './helpers/raw-http.js';
 
 interface Context {
   dir: string;
@@ -142,6 +142,28 @@ async function createOrder(t: { context: Context }, tok: string, body: object = 
   if (res.status !== 201) throw new Error(`create answered ${res.status}: ${text}`);
   return { id: (JSON.parse(text) as { id: string }).id, etag: res.headers.get('etag') ?? '', text };
 }
+
+test('repeated header lines reach the gateway joined, whatever the case of their names', async (t) => {
+  const tok = await tenantToken('repeated');
+  const order = await createOrder(t, tok);
+  const path = `/v1/orders/${order.id}`;
+  const get = async (headers: Record<string, string>): Promise<RawResponse> =>
+    only(parseResponses((await rawExchange(t.context.service.port, { send: [rawRequest('GET', path, { Authorization: `Bearer ${tok}`, ...headers, Connection: 'close' })] })).bytes, ['GET']));
+  const first = await get({});
+  t.is(first.status, 200);
+  const etag = rawHeader(first, 'etag') ?? '';
+  t.regex(etag, /^"/);
+  // Two If-None-Match lines, the match on either: a 304 only if both reached the comparison.
+  for (const [one, two] of [[etag, '"not-it"'], ['"not-it"', etag]] as const) {
+    const matched = await get({ 'If-None-Match': one, 'if-none-match': two, 'X-Unread': 'not kept' });
+    t.is(matched.status, 304, `If-None-Match: ${one} then ${two}`);
+    t.is(rawHeader(matched, 'etag'), etag);
+  }
+  // Neither line matching: the full answer.
+  const neither = await get({ 'If-None-Match': '"not-it"', 'if-none-match': '"nor-this"' });
+  t.is(neither.status, 200);
+  t.is(neither.body.toString(), order.text);
+});
 
 test('HEAD answers the GET headers and Content-Length with no body', async (t) => {
   const tok = await tenantToken('head');
