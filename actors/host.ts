@@ -151,6 +151,8 @@ export class ActorHost implements ActorEndpoint {
   private readonly idem: Table<IdemRecord>;
   private readonly usage: Table<UsageRecord>;
   private readonly boxes = new Map<string, Mailbox>();
+  /** Idempotency records whose expiry the sweeper is deleting, in their key's mailbox. */
+  private readonly expiring = new Set<string>();
   private readonly ownedEndpoints: OwnedEndpoints;
   private inflight = 0;
   private readonly inflightLimit: number;
@@ -373,14 +375,18 @@ export class ActorHost implements ActorEndpoint {
    * on read meanwhile).
    */
   sweepIdempotency(): Promise<number> {
-    return this.sweepDue(this.idem as Table<unknown>, [], (id, now) =>
-      this.enqueue(idemBox(id), async () => {
+    return this.sweepDue(this.idem as Table<unknown>, [], (id, now) => {
+      // Marked, so the key is not taken for one in flight while its expired record is deleted.
+      this.expiring.add(id);
+      return this.enqueue(idemBox(id), async () => {
         const rec = this.idem.get(id);
         if (!rec || rec.expiresAt > now) return { ok: true, value: false };
         await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
         return { ok: true, value: true };
-      }).then((r) => r.ok && r.value === true),
-    );
+      })
+        .finally(() => this.expiring.delete(id))
+        .then((r) => r.ok && r.value === true);
+    });
   }
 
   /** Removes finished operations past OPERATION_RETENTION_HOURS, each in its order's turn; the refund itself stays. */
@@ -567,9 +573,8 @@ export class ActorHost implements ActorEndpoint {
     const id = cmd.idem ? idemId(cmd.tenant, cmd.idem.key) : '';
     if (cmd.idem) {
       // A kept answer is found in the turn (the gateway usually asked already, with idem.peek).
-      const box = idemBox(id);
-      if (this.boxes.has(box)) return Promise.resolve(IN_FLIGHT);
-      held = [box, ...keys];
+      if (this.keyBusy(id)) return Promise.resolve(IN_FLIGHT);
+      held = [idemBox(id), ...keys];
     }
     const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
     this.inflight++;
@@ -619,12 +624,15 @@ export class ActorHost implements ActorEndpoint {
         // Answered, not kept: the retry this answer asks for must run.
         keep = err.extra.retry !== true;
       }
+      let keptUntil: number | undefined;
       if (cmd.idem && keep) {
-        writes.push({ table: this.idem as Table<unknown>, id, before, after: idemRecord(id, cmd.idem.fingerprint, now + this.ttlMs, result, writes) });
+        keptUntil = Math.min(cmd.idem.until ?? Infinity, now + this.ttlMs);
+        writes.push({ table: this.idem as Table<unknown>, id, before, after: idemRecord(id, cmd.idem.fingerprint, keptUntil, result, writes) });
       }
       if (writes.length) await this.store.commit(writes);
       if (emitted) this.dispatcher?.kick();
-      return result;
+      // The expiry goes back with the answer: a batch keeps its other groups until then.
+      return keptUntil === undefined ? result : { ...result, keptUntil };
     } catch (err) {
       return this.failed(stat, cmd.kind, err);
     } finally {
@@ -640,8 +648,18 @@ export class ActorHost implements ActorEndpoint {
    */
   private peek(tenant: string, tag: IdemTag): Result<unknown> {
     const id = idemId(tenant, tag.key);
-    if (this.boxes.has(idemBox(id))) return IN_FLIGHT;
+    if (this.keyBusy(id)) return IN_FLIGHT;
     return this.priorResult(this.idem.get(id), tag) ?? { ok: true, value: null };
+  }
+
+  /**
+   * Whether a request with this key is queued or running. The sweeper deleting the key's expired
+   * record holds the key's mailbox too, but is not one: a request then waits for it in the
+   * mailbox, where a 409 would send its client away for nothing.
+   */
+  private keyBusy(id: string): boolean {
+    const box = this.boxes.get(idemBox(id));
+    return box !== undefined && !(box.depth === 1 && this.expiring.has(id));
   }
 
   /** The answer an earlier request with this key left, if it is still kept. */

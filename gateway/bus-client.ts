@@ -43,6 +43,22 @@ export class BusClient {
     return unwrap(result);
   }
 
+  /**
+   * One write of a request whose answer joins several writes' results (a batch): the reply, and
+   * whether it was kept from an earlier attempt and until when. Whether the request's answer is a
+   * replay is left to the caller (markReplayed): it is one only if every part of it is.
+   */
+  async send<C extends Command>(cmd: C): Promise<{ value: ReplyMap[C['kind']]; replayed: boolean; keptUntil: number | undefined }> {
+    if (this.idem) cmd.idem ??= this.idem.tag;
+    const result = await this.bus.send(cmd);
+    return { value: unwrap(result), replayed: result.replayed === true, keptUntil: result.keptUntil };
+  }
+
+  /** Marks the request's answer as a replay (Idempotent-Replayed), for answers built by `send`. */
+  markReplayed(): void {
+    if (this.idem) this.idem.seen.replayed = true;
+  }
+
   /** Every owner's answer to a query; any node failing fails the whole query. */
   async gather<Q extends Query>(q: Q): Promise<ReplyMap[Q['kind']][]> {
     const results = await this.bus.scatter(q);

@@ -213,6 +213,12 @@ export interface IdemTag {
   key: string;
   /** Hash of method, path, query and body: the same key with another request is refused. */
   fingerprint: string;
+  /**
+   * When the kept answer expires (ms since the epoch), where it is not a full TTL after the
+   * commit: a batch's groups are kept under sub-keys until the key's home record expires, so no
+   * group outlives the key and refuses a later request the home group has already run.
+   */
+  until?: number;
 }
 
 interface Base {

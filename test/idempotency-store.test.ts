@@ -192,6 +192,23 @@ test('a key is kept for the TTL: after it, the same key runs anew, and the sweep
   t.is(idOf(kept), idOf(notDue));
 });
 
+test('a key whose expired record the sweep is deleting is not "in flight": a new request waits for the sweep, then runs', async (t) => {
+  const { host, clock } = t.context;
+  const first = create('t1', tag('swept'));
+  t.true((await host.handle(first)).ok);
+  clock.now += TTL + 1;
+  // The sweep takes the key's mailbox at once and holds it over its commit.
+  const sweep = host.sweepIdempotency();
+  const peeked = await host.handle({ kind: 'idem.peek', tenant: 't1', partition: first.partition, idem: tag('swept', 'fp-2') });
+  t.deepEqual(peeked, { ok: true, value: null });
+  const next = await host.handle(create('t1', tag('swept', 'fp-2'), 'second'));
+  t.true(next.ok, JSON.stringify(next));
+  t.falsy(next.replayed);
+  t.is(await sweep, 1);
+  // What the new request kept is there after the sweep: the retry of it replays.
+  t.true((await host.handle(create('t1', tag('swept', 'fp-2'), 'second'))).replayed);
+});
+
 test('a failure of ours (5xx) is not kept: the retry runs', async (t) => {
   const { host } = t.context;
   // items: null makes the order actor throw a TypeError: an internal failure, not a refusal.

@@ -240,21 +240,28 @@ export const orderBatchRoute: RouteDef = route({
     const tag = ctx.bus.idempotency;
     const keyHome = tag ? homePartition(tenant, tag.key) : undefined;
     if (keyHome !== undefined && !groups.has(keyHome)) groups.set(keyHome, []);
+    // The other groups' sub-keys are kept until the home record expires, not a full TTL after
+    // their own commits: a group run on a later retry must not outlive the key and refuse (422)
+    // a request the home group, its key expired, has already run.
+    let until: number | undefined;
     const idemFor = (partition: number): { idem?: IdemTag } =>
-      tag && partition !== keyHome ? { idem: { key: `${tag.key}\u0001${partition}`, fingerprint: tag.fingerprint } } : {};
+      tag && partition !== keyHome ? { idem: { key: `${tag.key}\u0001${partition}`, fingerprint: tag.fingerprint, ...(until !== undefined && { until }) } } : {};
     // The home group also keeps what the gateway refused, so a retry answers exactly as the first
     // attempt did even if, say, a product it named has appeared since.
     const refused: BatchOutcome[] = failures.map((f) => ({ index: f.index, ok: false, error: f.error }));
-    const send = ([partition, ops]: [number, BatchOp[]]): Promise<BatchOutcome[]> =>
-      ctx.bus.call({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) });
+    const send = ([partition, ops]: [number, BatchOp[]]): Promise<GroupReply> =>
+      ctx.bus.send({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) });
     // The home group goes first and alone: it takes the key under the whole request's
-    // fingerprint, so a request reusing the key for something else (422), or sent while the first
-    // is still running (409), is refused before any other group writes a thing.
+    // fingerprint. Nothing else is sent unless it did: a request reusing the key for something
+    // else (422), sent while the first is still running (409), or whose home owner cannot be
+    // reached (503) writes nothing anywhere.
     const entries = [...groups].sort(([a], [b]) => (a === keyHome ? -1 : b === keyHome ? 1 : 0));
-    const settled: PromiseSettledResult<BatchOutcome[]>[] = [];
+    const settled: PromiseSettledResult<GroupReply>[] = [];
     if (keyHome !== undefined) {
-      settled.push(...(await Promise.allSettled([send(entries[0]!)])));
-      keyRefusal(settled);
+      const [first] = await Promise.allSettled([send(entries[0]!)]);
+      if (first!.status === 'rejected') throw first!.reason;
+      until = first!.value.keptUntil;
+      settled.push(first!);
     }
     settled.push(...(await Promise.allSettled(entries.slice(settled.length).map(send))));
     // A group of the first attempt still running makes the whole request "in flight" too.
@@ -264,11 +271,18 @@ export const orderBatchRoute: RouteDef = route({
     if (settled.length > 0 && settled.every((s) => s.status === 'rejected' && s.reason instanceof ApiError && s.reason.status === 503)) {
       throw (settled[0] as PromiseRejectedResult).reason;
     }
+    // A replay only if every group that answers for an operation (or keeps the gateway's
+    // refusals) answered from an earlier attempt: not when one of them ran only now.
+    if (tag) {
+      const answering = entries.map(([partition, ops], i) => ({ s: settled[i]!, answers: ops.length > 0 || (partition === keyHome && refused.length > 0) }));
+      const parts = answering.some((a) => a.answers) ? answering.filter((a) => a.answers) : answering;
+      if (parts.every(({ s }) => s.status === 'fulfilled' && s.value.replayed)) ctx.bus.markReplayed();
+    }
     const outcomes: BatchOutcome[] = [];
     entries.forEach(([, ops], i) => {
       const s = settled[i]!;
       if (s.status === 'fulfilled') {
-        outcomes.push(...s.value);
+        outcomes.push(...s.value.value);
         return;
       }
       // An atomic batch is one group: its failure is the request's. In partial mode the other
@@ -298,6 +312,8 @@ export const orderBatchRoute: RouteDef = route({
     return { status: atomic ? 200 : 207, body: { results }, cache: 'no-store' };
   },
 });
+
+type GroupReply = { value: BatchOutcome[]; replayed: boolean; keptUntil: number | undefined };
 
 /** Throws the first answer about the Idempotency-Key itself (reused, or in flight): it is the request's. */
 function keyRefusal(settled: PromiseSettledResult<unknown>[]): void {

@@ -1,0 +1,164 @@
+// A keyed batch whose operations belong to two owners, as in a cluster of two actor nodes: two
+// actor hosts on LMDB, each owning half of the partitions, behind a bus that routes by partition
+// and can take either node down; the gateway pipeline in process, with a clock the tests move.
+// The key is taken by its home owner before anything else is sent (CONTRACT §7, SPEC §4.2).
+
+import { join } from 'node:path';
+import anyTest, { type TestFn } from 'ava';
+import type { Bus } from '../common/bus.js';
+import { loadConfig } from '../common/config.js';
+import { partitionOf } from '../common/ids.js';
+import { LocalBus } from '../common/local-bus.js';
+import { ActorHost } from '../actors/host.js';
+import { allRoutes } from '../gateway/app.js';
+import { Authenticator } from '../gateway/auth.js';
+import { BusClient } from '../gateway/bus-client.js';
+import { homePartition } from '../gateway/idempotency.js';
+import { createGateway, type Gateway } from '../gateway/pipeline.js';
+import type { Command, Query, Result } from '../proto/messages.js';
+import { type Answer, type Call, ALL_SCOPES, answerOf, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
+
+const SECRET = 'batch-owners-secret-0123456789abcdef';
+const HOUR = 3600_000;
+const TENANT = 't1';
+
+interface Node {
+  host: ActorHost;
+  bus: LocalBus;
+  down: boolean;
+}
+
+interface Context {
+  dir: string;
+  nodes: [Node, Node];
+  clock: { now: number };
+  gateway: Gateway;
+  auth: string;
+}
+
+const test = anyTest as TestFn<Context>;
+const LOW = new Set(Array.from({ length: 128 }, (_, p) => p));
+const HIGH = new Set(Array.from({ length: 128 }, (_, p) => p + 128));
+
+test.beforeEach(async (t) => {
+  const dir = await tempDir('batch-owners');
+  const clock = { now: Date.UTC(2026, 0, 1) };
+  const log = silentLog();
+  const node = (name: string, partitions: Set<number>): Node => {
+    const host = new ActorHost({ dataDir: join(dir, name), partitions, mailboxLimit: 100, idempotencyTtlMs: 24 * HOUR, now: () => clock.now, log });
+    return { host, bus: new LocalBus(host, 5000), down: false };
+  };
+  const nodes: [Node, Node] = [node('low', LOW), node('high', HIGH)];
+  const owner = (partition: number): Node => nodes[partition < 128 ? 0 : 1];
+  const unreachable: Result<never> = { ok: false, error: { code: 'unavailable', detail: 'The owner cannot be reached.' } };
+  const bus: Bus = {
+    send: (cmd: Command) => (owner(cmd.partition).down ? Promise.resolve(unreachable) : owner(cmd.partition).bus.send(cmd)),
+    scatter: (q: Query) => Promise.all(nodes.map((n) => n.bus.scatter(q).then((r) => r[0]!))),
+    close: async () => {},
+  };
+  const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0' });
+  const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(bus), config, log });
+  t.context = { dir, nodes, clock, gateway, auth: `Bearer ${await token(SECRET, ALL_SCOPES, { tenant: TENANT })}` };
+});
+
+test.afterEach.always(async (t) => {
+  t.context.gateway.close();
+  for (const n of t.context.nodes) await n.host.close();
+  await removeDir(t.context.dir);
+});
+
+async function call(t: { context: Context }, c: Call, key?: string): Promise<Answer> {
+  const headers: Record<string, string> = { authorization: t.context.auth, ...c.headers };
+  if (c.body !== undefined) headers['content-type'] = 'application/json';
+  if (key !== undefined) headers['idempotency-key'] = key;
+  return answerOf(await t.context.gateway.handle(toRequest({ ...c, headers })));
+}
+
+/** A key whose home partition is on the given node (0: partitions below 128, 1: the rest). */
+function keyHomedOn(node: 0 | 1, label: string): string {
+  for (let i = 0; ; i++) {
+    const key = `${label}-${i}`;
+    if (homePartition(TENANT, key) < 128 === (node === 0)) return key;
+  }
+}
+
+/** An order created without a key until one lands on the given node. */
+async function orderOn(t: { context: Context }, node: 0 | 1): Promise<string> {
+  for (;;) {
+    const id = (await call(t, { method: 'POST', path: '/v1/orders', body: { currency: 'EUR' } })).json<{ id: string }>().id;
+    if (partitionOf(id) < 128 === (node === 0)) return id;
+  }
+}
+
+const noteOf = async (t: { context: Context }, id: string): Promise<unknown> => (await call(t, { method: 'GET', path: `/v1/orders/${id}` })).json().note;
+const countOrders = async (t: { context: Context }): Promise<number> => (await call(t, { method: 'GET', path: '/v1/orders', query: 'limit=100' })).json<{ data: unknown[] }>().data.length;
+
+test('an atomic batch whose key cannot be taken (its home owner is down) answers 503 and writes nothing', async (t) => {
+  const order = await orderOn(t, 0);
+  const key = keyHomedOn(1, 'atomic');
+  t.context.nodes[1].down = true;
+  const r = await call(t, { method: 'POST', path: '/v1/orders/batch', body: { atomic: true, operations: [{ method: 'PATCH', id: order, body: { note: 'written' } }] } }, key);
+  t.is(r.status, 503);
+  t.truthy(r.headers['retry-after']);
+  t.is(await noteOf(t, order), null);
+});
+
+test('a partial batch whose key cannot be taken answers 503 and writes nothing on the owners that are up', async (t) => {
+  const order = await orderOn(t, 0);
+  const key = keyHomedOn(1, 'partial');
+  const before = await countOrders(t);
+  t.context.nodes[1].down = true;
+  const body = { operations: [{ method: 'PATCH', id: order, body: { note: 'written' } }, { method: 'POST', body: { currency: 'EUR' } }] };
+  const r = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(r.status, 503);
+  t.is(await noteOf(t, order), null);
+  t.context.nodes[1].down = false;
+  t.is(await countOrders(t), before);
+  // Once the home owner is back, the retry runs it, once.
+  const retry = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(retry.status, 207);
+  t.deepEqual(retry.json<{ results: { status: number }[] }>().results.map((x) => x.status), [200, 201]);
+  t.is(await noteOf(t, order), 'written');
+  t.is(await countOrders(t), before + 1);
+});
+
+test('a retry is marked Idempotent-Replayed only when every group holding operations answered from before', async (t) => {
+  const order = await orderOn(t, 0);
+  const key = keyHomedOn(1, 'replayed');
+  const body = { atomic: true, operations: [{ method: 'PATCH', id: order, body: { note: 'once' } }] };
+  // The order's owner is down: the home group takes the key (with no operation), the batch 503s.
+  t.context.nodes[0].down = true;
+  t.is((await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key)).status, 503);
+  t.context.nodes[0].down = false;
+  const ran = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(ran.status, 200);
+  t.is(ran.headers['idempotent-replayed'], undefined, 'the batch ran only now');
+  t.is(await noteOf(t, order), 'once');
+  const replayed = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(replayed.status, 200);
+  t.is(replayed.headers['idempotent-replayed'], 'true');
+  t.deepEqual(replayed.json(), ran.json());
+});
+
+test("a group run on a later retry expires with the key's home record, not a full TTL after it ran", async (t) => {
+  const order = await orderOn(t, 0);
+  const key = keyHomedOn(1, 'expiry');
+  const first = { operations: [{ method: 'POST', body: { currency: 'EUR' } }, { method: 'PATCH', id: order, body: { note: 'first' } }] };
+  const statuses = (a: Answer): number[] => a.json<{ results: { status: number }[] }>().results.map((x) => x.status);
+  t.context.nodes[0].down = true;
+  const a = await call(t, { method: 'POST', path: '/v1/orders/batch', body: first }, key);
+  t.deepEqual(statuses(a), [201, 503]);
+  t.context.nodes[0].down = false;
+  t.context.clock.now += 10 * HOUR;
+  t.deepEqual(statuses(await call(t, { method: 'POST', path: '/v1/orders/batch', body: first }, key)), [201, 200]);
+  // 25 hours after the first attempt the key has expired everywhere: another request under it
+  // runs as a new one, rather than creating an order at home and then being refused (422).
+  t.context.clock.now += 15 * HOUR;
+  const before = await countOrders(t);
+  const second = { operations: [{ method: 'POST', body: { currency: 'USD' } }, { method: 'PATCH', id: order, body: { note: 'second' } }] };
+  const b = await call(t, { method: 'POST', path: '/v1/orders/batch', body: second }, key);
+  t.is(b.status, 207, b.text);
+  t.deepEqual(statuses(b), [201, 200]);
+  t.is(await noteOf(t, order), 'second');
+  t.is(await countOrders(t), before + 1);
+});
