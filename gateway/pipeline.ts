@@ -9,7 +9,7 @@
 import { randomBytes } from 'node:crypto';
 import secureJson from 'secure-json-parse';
 import type { Config } from '../common/config.js';
-import { ApiError, fromWire } from '../common/errors.js';
+import { ApiError, type FieldError, fromWire } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { Authenticator, Principal } from './auth.js';
 import type { BusClient, Replay } from './bus-client.js';
@@ -21,7 +21,7 @@ import { callerKey, RateLimiter } from './rate-limit.js';
 import { cachedRendering, cachedRenderingBytes, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
-import { compileSchema, validateBody } from './validate.js';
+import { compileSchema, MAX_REPORTED_ERRORS, validateBody } from './validate.js';
 import { relink, type ApiVersion } from './versions.js';
 import { lifecycleHeaders, type LifecycleCheck, type LifecycleRegistry } from './lifecycle.js';
 
@@ -225,12 +225,17 @@ function parseQuery(raw: string, route: RouteDef): URLSearchParams {
   if (raw === '') return EMPTY_QUERY;
   const query = new URLSearchParams(raw);
   const allowed = route.query ?? {};
-  const errors = [];
+  const errors: FieldError[] = [];
   const seen = new Set<string>();
+  const named = new Set<string>();
+  // Each name at most once, and at most MAX_REPORTED_ERRORS names: `?a&a&a…` may not turn a
+  // 4 KiB head into an answer twenty times its size.
   for (const name of query.keys()) {
-    if (!Object.prototype.hasOwnProperty.call(allowed, name)) errors.push({ parameter: name, detail: 'is not a known parameter' });
-    else if (seen.has(name)) errors.push({ parameter: name, detail: 'may appear only once' });
+    const detail = !Object.prototype.hasOwnProperty.call(allowed, name) ? 'is not a known parameter' : seen.has(name) ? 'may appear only once' : undefined;
     seen.add(name);
+    if (detail === undefined || named.has(name) || errors.length === MAX_REPORTED_ERRORS) continue;
+    named.add(name);
+    errors.push({ parameter: name, detail });
   }
   if (errors.length) throw new ApiError('invalid-parameter', 'The query string has invalid parameters.', { errors });
   return query;

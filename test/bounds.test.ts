@@ -200,3 +200,17 @@ test('a large invalid body names its first failure; a small one names every fail
   t.is(pi.errors?.length, 100);
   t.regex(pi.detail ?? '', /the first 100 are listed/);
 });
+
+test('a query naming one parameter many times lists it once, and at most 100 parameters are listed', async (t) => {
+  const call = await as(t, freshTenant('query'));
+  const repeated = await call({ method: 'GET', path: '/v1/orders', query: Array(1500).fill('a').join('&') });
+  const once = assertProblem(t, repeated, 400, 'invalid-parameter');
+  t.deepEqual(once.errors, [{ parameter: 'a', detail: 'is not a known parameter' }]);
+  const twice = assertProblem(t, await call({ method: 'GET', path: '/v1/orders', query: Array(250).fill('limit=5').join('&') }), 400, 'invalid-parameter');
+  t.deepEqual(twice.errors, [{ parameter: 'limit', detail: 'may appear only once' }]);
+  const many = await call({ method: 'GET', path: '/v1/orders', query: Array.from({ length: 300 }, (_, i) => `p${i}=1`).join('&') });
+  const listed = assertProblem(t, many, 400, 'invalid-parameter').errors ?? [];
+  t.is(listed.length, 100);
+  t.deepEqual(listed.slice(0, 2), [{ parameter: 'p0', detail: 'is not a known parameter' }, { parameter: 'p1', detail: 'is not a known parameter' }]);
+  t.true(many.raw.length < 8192, `${many.raw.length} bytes`);
+});
