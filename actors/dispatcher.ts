@@ -788,6 +788,8 @@ export class Dispatcher {
           (addresses) => (entry.settled = addresses),
           (err: unknown) => {
             if (!(err instanceof TargetRefused)) throw err;
+            // The tenant sees the attempt refused; which address it met is for the operator.
+            this.host.log.warn({ endpointId: endpoint.id, reason: err.reason }, 'a webhook target was refused');
             return (entry.settled = `refused target: ${err.message}`);
           },
         ),

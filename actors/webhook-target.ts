@@ -76,7 +76,23 @@ export function refusedAddress(address: string): string | undefined {
   return undefined;
 }
 
-export class TargetRefused extends Error {}
+/**
+ * What a tenant is told when a target's address is refused: the same whether its host does not
+ * resolve or resolves to an address that is not public, and never the address, so the guard
+ * cannot be used to learn which internal names exist or where they point (CONTRACT §4: no host
+ * name in a detail).
+ */
+export const NOT_PUBLIC = 'must resolve only to public addresses';
+
+export class TargetRefused extends Error {
+  constructor(
+    message: string,
+    /** The whole reason, address included: for the operator's log, never for the tenant. */
+    readonly reason = message,
+  ) {
+    super(message);
+  }
+}
 
 /** The URL, parsed, when its form may be a target; throws TargetRefused with the reason otherwise. */
 export function parseTarget(raw: string, allowPrivate: boolean): URL {
@@ -89,10 +105,12 @@ export function parseTarget(raw: string, allowPrivate: boolean): URL {
   if (url.protocol !== 'https:' && !(allowPrivate && url.protocol === 'http:')) throw new TargetRefused('must use https');
   if (url.username || url.password) throw new TargetRefused('must not hold credentials');
   if (url.hash) throw new TargetRefused('must not hold a fragment');
+  // Port 0 is no port: nothing can ever be delivered there.
+  if (url.port === '0') throw new TargetRefused('must not name port 0');
   const host = bareHost(url);
   if (!allowPrivate && isIP(host)) {
     const why = refusedAddress(host);
-    if (why) throw new TargetRefused(`resolves to ${why}`);
+    if (why) throw new TargetRefused(NOT_PUBLIC, why);
   }
   return url;
 }
@@ -115,14 +133,14 @@ export async function resolveTarget(url: URL, resolver: Resolver, allowPrivate: 
     try {
       found = await resolver(host);
     } catch {
-      throw new TargetRefused(`the host ${host} does not resolve`);
+      throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`);
     }
   }
-  if (!found.length) throw new TargetRefused(`the host ${host} does not resolve`);
+  if (!found.length) throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`);
   if (!allowPrivate) {
     for (const a of found) {
       const why = refusedAddress(a.address);
-      if (why) throw new TargetRefused(`resolves to ${why}`);
+      if (why) throw new TargetRefused(NOT_PUBLIC, `${host} resolves to ${why}`);
     }
   }
   return found;

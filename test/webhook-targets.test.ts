@@ -61,7 +61,7 @@ test('URL forms: https only, no credentials, every spelling of a private IPv4 li
   t.is(parseTarget('http://127.0.0.1:3000/', true).port, '3000');
 });
 
-test('registration refuses private targets (422 naming why); delivery re-checks after DNS and never connects to a rebound name', async (t) => {
+test('registration refuses private targets (422 saying what the URL must be, never where it points); delivery re-checks after DNS and never connects to a rebound name', async (t) => {
   let rebound = false;
   const resolver: Resolver = async (host) => {
     if (host === 'private.test') return [{ address: '10.0.0.7', family: 4 }];
@@ -79,14 +79,18 @@ test('registration refuses private targets (422 naming why); delivery re-checks 
       t.is(res.status, 422, url);
       t.is(res.json.errors[0].pointer, '/endpointUrl');
       t.regex(res.json.detail as string, reason, url);
+      // Never where the host points, nor whether it resolves: the guard is no map of internal names.
+      t.notRegex(JSON.stringify(res.json), /127\.0\.0\.1|10\.0\.0\.7|169\.254|does not resolve|not a public address|\.test/, url);
     };
+    const notPublic = /^The endpoint URL must resolve only to public addresses\.$/;
     await refuse(`http://${PUBLIC}/`, /https/);
-    await refuse('https://127.0.0.1/', /not a public address/);
-    await refuse('https://2130706433/', /127\.0\.0\.1 is not a public address/);
-    await refuse('https://[::ffff:a9fe:a9fe]/', /not a public address/);
-    await refuse('https://private.test/hook', /10\.0\.0\.7 is not a public address/);
-    await refuse('https://mixed.test/hook', /127\.0\.0\.1 is not a public address/);
-    await refuse('https://nowhere.test/hook', /does not resolve/);
+    await refuse(`https://${PUBLIC}:0/hook`, /port 0/);
+    await refuse('https://127.0.0.1/', notPublic);
+    await refuse('https://2130706433/', notPublic);
+    await refuse('https://[::ffff:a9fe:a9fe]/', notPublic);
+    await refuse('https://private.test/hook', notPublic);
+    await refuse('https://mixed.test/hook', notPublic);
+    await refuse('https://nowhere.test/hook', notPublic);
 
     const created = await c.post('/v1/webhook-endpoints', { endpointUrl: `https://rebind.test:${r.port}/hook`, eventTypes: ['*'] });
     t.is(created.status, 201);
@@ -102,7 +106,8 @@ test('registration refuses private targets (422 naming why); delivery re-checks 
       attempts = page.json.data[0]?.attempts ?? [];
       return attempts.length > 0;
     });
-    t.regex(attempts[0]!.error!, /127\.0\.0\.1 is not a public address/);
+    t.regex(attempts[0]!.error!, /must resolve only to public addresses/);
+    t.notRegex(attempts[0]!.error!, /127\.0\.0\.1/);
     t.is(attempts[0]!.responseStatus, null);
     t.is(r.got.length, 0);
   } finally {

@@ -152,7 +152,7 @@ export interface WebhookRouteOptions {
 export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
   const resolver = opts.resolver ?? systemResolver;
 
-  /** The SSRF guard at registration: 422 naming the reason (CONTRACT §10). */
+  /** The SSRF guard at registration: 422 saying what the URL must be, never where its host points (CONTRACT §4, §10). */
   async function checkUrl(ctx: Ctx, raw: string): Promise<void> {
     const allow = ctx.config.webhookAllowPrivateTargets;
     try {
