@@ -4,7 +4,7 @@
 
 import { ApiError } from '../common/errors.js';
 import type { TableSpec } from '../storage/store.js';
-import type { IfMatch, KeyedCommand, ListQuery } from '../proto/messages.js';
+import type { Guarded, IfMatch, KeyedCommand, ListQuery } from '../proto/messages.js';
 import type { EventRecord } from '../proto/webhooks.js';
 
 export interface Versioned {
@@ -50,9 +50,24 @@ export function existing<T extends Versioned>(current: T | undefined, what: stri
   return current;
 }
 
-/** The record a guarded write acts on: it must exist for the caller (404) and match If-Match (412). */
-export function existingMatching<T extends Versioned>(current: T | undefined, ifMatch: IfMatch, what: string): T {
+/**
+ * RFC 9110 §13.1.2: If-None-Match fails, for a method other than GET and HEAD, when any listed tag
+ * names the current version, and `*` when there is a current version at all.
+ */
+export function checkIfNoneMatch(ifNoneMatch: IfMatch, version: number): void {
+  if (ifNoneMatch === undefined) return;
+  if (ifNoneMatch === '*' || ifNoneMatch.includes(version)) {
+    throw new ApiError('precondition-failed', 'The resource matches the entity tag in If-None-Match.');
+  }
+}
+
+/**
+ * The record a guarded write acts on: it must exist for the caller (404), match If-Match (412),
+ * then not match If-None-Match (412), in the order of RFC 9110 §13.2.2.
+ */
+export function existingMatching<T extends Versioned>(current: T | undefined, guards: Guarded, what: string): T {
   const record = existing(current, what);
-  checkIfMatch(ifMatch, record.version);
+  checkIfMatch(guards.ifMatch, record.version);
+  checkIfNoneMatch(guards.ifNoneMatch, record.version);
   return record;
 }

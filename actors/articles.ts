@@ -89,7 +89,7 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
       }
 
       case 'article.patch': {
-        const article = existingMatching(current, cmd.ifMatch, 'article');
+        const article = existingMatching(current, cmd, 'article');
         const { patch } = cmd;
         const errors: FieldError[] = [];
         const next: ArticleRecord = {
@@ -105,7 +105,7 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
       }
 
       case 'article.delete': {
-        existingMatching(current, cmd.ifMatch, 'article');
+        existingMatching(current, cmd, 'article');
         return { next: undefined, reply: null };
       }
     }

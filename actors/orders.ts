@@ -118,21 +118,21 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
       }
 
       case 'order.replace': {
-        const order = existingMatching(current, cmd.ifMatch, 'order');
+        const order = existingMatching(current, cmd, 'order');
         guardCurrency(order, cmd.input.currency);
         const next = bump(order, replaceWith(cmd.input), now);
         return { next, reply: next, events: [emit('order.updated', 'order', next, now)] };
       }
 
       case 'order.patch': {
-        const order = existingMatching(current, cmd.ifMatch, 'order');
+        const order = existingMatching(current, cmd, 'order');
         guardCurrency(order, cmd.patch.currency);
         const next = bump(order, applyPatch(order, cmd.patch), now);
         return { next, reply: next, events: [emit('order.updated', 'order', next, now)] };
       }
 
       case 'order.delete': {
-        const order = existingMatching(current, cmd.ifMatch, 'order');
+        const order = existingMatching(current, cmd, 'order');
         if (order.status === 'paid' || order.status === 'refunded') {
           throw invalidState(`A ${order.status} order cannot be deleted; refund it instead.`);
         }
@@ -140,7 +140,7 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
       }
 
       case 'order.pay': {
-        const order = existingMatching(current, cmd.ifMatch, 'order');
+        const order = existingMatching(current, cmd, 'order');
         if (order.status !== 'pending') throw invalidState(`A ${order.status} order cannot be paid.`);
         if (order.total <= 0) throw invalidState('An order with a total of 0 cannot be paid.');
         const next = bump(order, { status: 'paid' }, now);
@@ -148,14 +148,14 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
       }
 
       case 'order.cancel': {
-        const order = existingMatching(current, cmd.ifMatch, 'order');
+        const order = existingMatching(current, cmd, 'order');
         if (order.status !== 'pending') throw invalidState(`A ${order.status} order cannot be cancelled.`);
         const next = bump(order, { status: 'cancelled' }, now);
         return { next, reply: next, events: [emit('order.cancelled', 'order', next, now)] };
       }
 
       case 'order.addItem': {
-        const order = existingMatching(current, cmd.ifMatch, 'order');
+        const order = existingMatching(current, cmd, 'order');
         if (order.status !== 'pending') throw invalidState(`Items can be added only while the order is pending; it is ${order.status}.`);
         // The gateway priced the item in the currency it read; a change since then voids that price.
         if (order.currency !== cmd.currency) throw new ApiError('conflict', 'The order changed currency while the item was being priced; retry.', { retry: true });

@@ -35,13 +35,13 @@ export const productActor: ActorDef<ProductRecord, ProductCommand> = {
       }
 
       case 'product.patch': {
-        const product = existingMatching(current, cmd.ifMatch, 'product');
+        const product = existingMatching(current, cmd, 'product');
         const next: ProductRecord = { ...product, ...cmd.patch, version: product.version + 1, updatedAt: now };
         return { next, reply: next };
       }
 
       case 'product.delete': {
-        existingMatching(current, cmd.ifMatch, 'product');
+        existingMatching(current, cmd, 'product');
         return { next: undefined, reply: null };
       }
     }

@@ -95,7 +95,7 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
     }
     case 'team.delete': {
       const stored = t.teams.get(cmd.id);
-      const team = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'team');
+      const team = existingMatching(own(stored, cmd.tenant), cmd, 'team');
       const dropped = dropMemberships(t, cmd.tenant, team.id);
       writes.push(...dropped, { table: t.teams as Table<unknown>, id: cmd.id, before: stored, after: undefined });
       return { writes, reply: null, events: memberRemovals(dropped, now) };
@@ -115,14 +115,14 @@ export function planTeamWrite(cmd: TeamWrite, t: TeamTables, now: number): Plan 
     }
     case 'member.patch': {
       const stored = t.members.get(cmd.id);
-      const m = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
+      const m = existingMatching(own(stored, cmd.tenant), cmd, 'membership');
       const next: MembershipRecord = { ...m, role: cmd.role, version: membershipStamp(now), updatedAt: now };
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: next });
       return { writes, reply: next };
     }
     case 'member.remove': {
       const stored = t.members.get(cmd.id);
-      const m = existingMatching(own(stored, cmd.tenant), cmd.ifMatch, 'membership');
+      const m = existingMatching(own(stored, cmd.tenant), cmd, 'membership');
       writes.push({ table: t.members as Table<unknown>, id: cmd.id, before: stored, after: undefined });
       return { writes, reply: null, events: [emit('team.member.removed', 'membership', m, now)] };
     }

@@ -93,15 +93,15 @@ export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: 
       return put({ id: cmd.id, tenant: cmd.tenant, version: 1, email: cmd.input.email, name: cmd.input.name, createdAt: now, updatedAt: now });
     }
     case 'user.replace': {
-      const user = existingMatching(current, cmd.ifMatch, 'user');
+      const user = existingMatching(current, cmd, 'user');
       return changeTo(user, cmd.input);
     }
     case 'user.patch': {
-      const user = existingMatching(current, cmd.ifMatch, 'user');
+      const user = existingMatching(current, cmd, 'user');
       return changeTo(user, cmd.patch);
     }
     case 'user.delete': {
-      const user = existingMatching(current, cmd.ifMatch, 'user');
+      const user = existingMatching(current, cmd, 'user');
       release(user.email);
       const dropped = onDelete();
       writes.push(...dropped);

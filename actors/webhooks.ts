@@ -94,7 +94,7 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
         return { next: e, reply: e };
       }
       case 'webhook.patch': {
-        const e = existingMatching(current, cmd.ifMatch, 'webhook endpoint');
+        const e = existingMatching(current, cmd, 'webhook endpoint');
         const { status, ...rest } = cmd.patch;
         const changes: Partial<EndpointRecord> = { ...rest };
         if (status !== undefined && status !== e.status) {
@@ -106,7 +106,7 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
         return { next, reply: next };
       }
       case 'webhook.delete':
-        existingMatching(current, cmd.ifMatch, 'webhook endpoint');
+        existingMatching(current, cmd, 'webhook endpoint');
         return { next: undefined, reply: null };
       case 'webhook.rotate': {
         const e = existing(current, 'webhook endpoint');

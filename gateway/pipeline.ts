@@ -18,7 +18,7 @@ import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
-import { cachedRendering, cachedRenderingBytes, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, versionTag } from './representation.js';
+import { cachedRendering, cachedRenderingBytes, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, MAX_REPORTED_ERRORS, validateBody } from './validate.js';
@@ -117,6 +117,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         media,
         coding,
         ifMatch: parseIfMatch(req.headers['if-match']),
+        ifNoneMatch: req.method === 'GET' || req.method === 'HEAD' ? undefined : parseIfNoneMatch(req.headers['if-none-match']),
         bus: deps.bus,
         config: deps.config,
         idempotencyKey,

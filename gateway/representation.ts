@@ -128,6 +128,16 @@ export function parseIfMatch(header: string | undefined): IfMatch {
   return versions;
 }
 
+/**
+ * If-None-Match on a write (RFC 9110 §13.1.2) uses weak comparison: W/"3-x" names version 3 as
+ * "3-x" does. A tag that is not ours names no version, so it never matches.
+ */
+export function parseIfNoneMatch(header: string | undefined): IfMatch {
+  if (header === undefined) return undefined;
+  if (header.trim() === '*') return '*';
+  return parseIfMatch(splitTags(header).map((t) => (t.startsWith('W/') ? t.slice(2) : t)).join(', '));
+}
+
 export interface Encoded {
   bytes: Buffer | string;
   coding: Coding;

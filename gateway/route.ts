@@ -9,7 +9,7 @@ import type { BusClient } from './bus-client.js';
 import type { GatewayRequest } from './http-types.js';
 import type { Coding, MediaType } from './negotiate.js';
 import type { Method } from './router.js';
-import type { IfMatch } from '../proto/messages.js';
+import type { Guarded, IfMatch } from '../proto/messages.js';
 import type { ApiVersion } from './versions.js';
 
 export type JsonSchema = Record<string, unknown>;
@@ -29,6 +29,8 @@ export interface Ctx {
   media: MediaType;
   coding: Coding;
   ifMatch: IfMatch;
+  /** If-None-Match of a write (a read answers 304 from it instead), as versions. */
+  ifNoneMatch: IfMatch;
   bus: BusClient;
   config: Config;
   /** The Idempotency-Key of a POST, already checked. */
@@ -133,4 +135,9 @@ export function principalOf(ctx: Ctx): Principal {
   // The pipeline authorizes before the handler runs, so a route with a scope always has one.
   if (!ctx.principal) throw new Error('route with a scope reached without a principal');
   return ctx.principal;
+}
+
+/** A write's preconditions, as the command carries them to the record's owner. */
+export function guards(ctx: Ctx): Guarded {
+  return ctx.ifNoneMatch === undefined ? { ifMatch: ctx.ifMatch } : { ifMatch: ctx.ifMatch, ifNoneMatch: ctx.ifNoneMatch };
 }

@@ -183,6 +183,15 @@ export interface ProductPatch {
 /** Versions the client's If-Match names; '*' matches any existing record. */
 export type IfMatch = number[] | '*' | undefined;
 
+/**
+ * A write's preconditions on the record it acts on (RFC 9110 §13.1.1-2), as versions: If-Match
+ * must name the current version; If-None-Match must not (and `*` fails on any existing record).
+ */
+export interface Guarded {
+  ifMatch: IfMatch;
+  ifNoneMatch?: IfMatch;
+}
+
 export type SortDir = 'asc' | 'desc';
 
 /**
@@ -236,36 +245,36 @@ interface Base {
 export type Command =
   | (Base & { kind: 'order.create'; id: string; input: OrderInput; items: ItemInput[] })
   | (Base & { kind: 'order.get'; id: string })
-  | (Base & { kind: 'order.replace'; id: string; ifMatch: IfMatch; input: OrderInput })
-  | (Base & { kind: 'order.patch'; id: string; ifMatch: IfMatch; patch: OrderPatch })
-  | (Base & { kind: 'order.delete'; id: string; ifMatch: IfMatch })
-  | (Base & { kind: 'order.pay'; id: string; ifMatch: IfMatch })
-  | (Base & { kind: 'order.cancel'; id: string; ifMatch: IfMatch })
-  | (Base & { kind: 'order.addItem'; id: string; ifMatch: IfMatch; item: ItemInput; currency: string })
+  | (Base & Guarded & { kind: 'order.replace'; id: string; input: OrderInput })
+  | (Base & Guarded & { kind: 'order.patch'; id: string; patch: OrderPatch })
+  | (Base & Guarded & { kind: 'order.delete'; id: string })
+  | (Base & Guarded & { kind: 'order.pay'; id: string })
+  | (Base & Guarded & { kind: 'order.cancel'; id: string })
+  | (Base & Guarded & { kind: 'order.addItem'; id: string; item: ItemInput; currency: string })
   | (Base & { kind: 'product.create'; id: string; input: ProductInput })
   | (Base & { kind: 'product.get'; id: string })
-  | (Base & { kind: 'product.patch'; id: string; ifMatch: IfMatch; patch: ProductPatch })
-  | (Base & { kind: 'product.delete'; id: string; ifMatch: IfMatch })
+  | (Base & Guarded & { kind: 'product.patch'; id: string; patch: ProductPatch })
+  | (Base & Guarded & { kind: 'product.delete'; id: string })
   // Every user of a tenant lives in the tenant's partition, so the email check is one turn.
   | (Base & { kind: 'user.create'; id: string; input: UserInput })
   | (Base & { kind: 'user.get'; id: string })
-  | (Base & { kind: 'user.replace'; id: string; ifMatch: IfMatch; input: UserInput })
-  | (Base & { kind: 'user.patch'; id: string; ifMatch: IfMatch; patch: UserPatch })
-  | (Base & { kind: 'user.delete'; id: string; ifMatch: IfMatch })
+  | (Base & Guarded & { kind: 'user.replace'; id: string; input: UserInput })
+  | (Base & Guarded & { kind: 'user.patch'; id: string; patch: UserPatch })
+  | (Base & Guarded & { kind: 'user.delete'; id: string })
   | (Base & { kind: 'user.batchGet'; ids: string[] })
   // Teams and memberships live with the tenant's users, under the same lock: a membership
   // checks its user, and deleting a user removes its memberships, in one turn.
   | (Base & { kind: 'team.create'; id: string; name: string })
   | (Base & { kind: 'team.get'; id: string })
-  | (Base & { kind: 'team.delete'; id: string; ifMatch: IfMatch })
+  | (Base & Guarded & { kind: 'team.delete'; id: string })
   | (Base & { kind: 'member.add'; id: string; teamId: string; userId: string; role: TeamRole })
   | (Base & { kind: 'member.get'; id: string })
-  | (Base & { kind: 'member.patch'; id: string; ifMatch: IfMatch; role: TeamRole })
-  | (Base & { kind: 'member.remove'; id: string; ifMatch: IfMatch })
+  | (Base & Guarded & { kind: 'member.patch'; id: string; role: TeamRole })
+  | (Base & Guarded & { kind: 'member.remove'; id: string })
   | (Base & { kind: 'article.create'; id: string; input: ArticleInput })
   | (Base & { kind: 'article.get'; id: string })
-  | (Base & { kind: 'article.patch'; id: string; ifMatch: IfMatch; patch: ArticlePatch })
-  | (Base & { kind: 'article.delete'; id: string; ifMatch: IfMatch })
+  | (Base & Guarded & { kind: 'article.patch'; id: string; patch: ArticlePatch })
+  | (Base & Guarded & { kind: 'article.delete'; id: string })
   /**
    * Starts a refund: `id` names the new refund, minted in the order's partition with its
    * operation. `amount` null refunds everything that is left.

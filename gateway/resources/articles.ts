@@ -28,7 +28,7 @@ import {
 } from '../collection.js';
 import { LANGUAGE_TAG, LANGUAGE_TAG_MAX, canonicalLanguage, negotiateLanguage } from '../language.js';
 import { cachedRendering } from '../representation.js';
-import { type Ctx, type JsonSchema, type Outcome, type QueryParam, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type QueryParam, type RouteDef, partitionForNew, guards, principalOf, route } from '../route.js';
 import { UNICODE_TEXT, collectionSchema, idParam, iso, linksSchema, problemResponses } from './common.js';
 
 const BASE = '/v1/articles';
@@ -313,7 +313,7 @@ export const articleRoutes: RouteDef[] = [
       const patch: ArticlePatch = { ...raw };
       if (raw.translations !== undefined) patch.translations = canonicalTranslations(raw.translations);
       if (raw.defaultLanguage !== undefined) patch.defaultLanguage = canonicalLanguage(raw.defaultLanguage);
-      const a = await ctx.bus.call({ kind: 'article.patch', ...target(ctx, principalOf(ctx).tenant), ifMatch: ctx.ifMatch, patch });
+      const a = await ctx.bus.call({ kind: 'article.patch', ...target(ctx, principalOf(ctx).tenant), ...guards(ctx), patch });
       return outcome(ctx, a, writer(ctx), undefined);
     },
   }),
@@ -327,7 +327,7 @@ export const articleRoutes: RouteDef[] = [
     scope: 'articles:write',
     responses: { 204: 'Deleted.', ...problemResponses(404, 412) },
     async handle(ctx) {
-      await ctx.bus.call({ kind: 'article.delete', ...target(ctx, principalOf(ctx).tenant), ifMatch: ctx.ifMatch });
+      await ctx.bus.call({ kind: 'article.delete', ...target(ctx, principalOf(ctx).tenant), ...guards(ctx) });
       return { status: 204, cache: 'no-store' };
     },
   }),

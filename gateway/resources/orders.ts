@@ -24,7 +24,7 @@ import {
   sortParam,
   variantOf,
 } from '../collection.js';
-import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, guards, principalOf, route } from '../route.js';
 import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, UNICODE_TEXT, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering, versionTag } from '../representation.js';
@@ -308,7 +308,7 @@ function action(kind: 'order.pay' | 'order.cancel', verb: string): RouteDef {
     response: orderSchema,
     async handle(ctx) {
       const id = orderIdOf(ctx);
-      return orderOutcome(ctx, await ctx.bus.call({ kind, ...target(ctx, id), ifMatch: ctx.ifMatch }));
+      return orderOutcome(ctx, await ctx.bus.call({ kind, ...target(ctx, id), ...guards(ctx) }));
     },
     replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (ctx, reply) => orderOutcome(ctx, reply as OrderRecord) },
     v2: { response: orderSchemaV2 },
@@ -443,7 +443,7 @@ export const orderRoutes: RouteDef[] = [
     v2: { response: orderSchemaV2 },
     async handle(ctx) {
       const input = inputOf(ctx.body as Record<string, unknown>);
-      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.replace', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, input }));
+      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.replace', ...target(ctx, orderIdOf(ctx)), ...guards(ctx), input }));
     },
   }),
 
@@ -460,7 +460,7 @@ export const orderRoutes: RouteDef[] = [
     v2: { response: orderSchemaV2 },
     async handle(ctx) {
       const patch = ctx.body as OrderPatch;
-      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.patch', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch, patch }));
+      return orderOutcome(ctx, await ctx.bus.call({ kind: 'order.patch', ...target(ctx, orderIdOf(ctx)), ...guards(ctx), patch }));
     },
   }),
 
@@ -473,7 +473,7 @@ export const orderRoutes: RouteDef[] = [
     scope: 'orders:write',
     responses: { 204: 'Deleted.', ...problemResponses(404, 409, 412) },
     async handle(ctx) {
-      await ctx.bus.call({ kind: 'order.delete', ...target(ctx, orderIdOf(ctx)), ifMatch: ctx.ifMatch });
+      await ctx.bus.call({ kind: 'order.delete', ...target(ctx, orderIdOf(ctx)), ...guards(ctx) });
       return { status: 204, cache: 'no-store' };
     },
   }),
@@ -530,7 +530,7 @@ export const orderRoutes: RouteDef[] = [
       // The item's price needs the order's currency; the actor re-checks the state in its turn.
       const current = await ctx.bus.call({ kind: 'order.get', ...t });
       const [item] = await priceItems(ctx, id, current.currency, [ctx.body as Record<string, unknown>], () => '');
-      return addedItem(ctx, await ctx.bus.call({ kind: 'order.addItem', ...t, ifMatch: ctx.ifMatch, item: item!, currency: current.currency }));
+      return addedItem(ctx, await ctx.bus.call({ kind: 'order.addItem', ...t, ...guards(ctx), item: item!, currency: current.currency }));
     },
     replay: { partition: (ctx) => partitionOf(orderIdOf(ctx)), outcome: (ctx, reply) => addedItem(ctx, reply as OrderRecord) },
   }),

@@ -5,7 +5,7 @@ import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { ProductPatch, ProductRecord } from '../../proto/messages.js';
 import { PRODUCT_SORTS } from '../../actors/products.js';
 import { LIST_PARAMS, fieldsParam, parseFields, project, sortParam, variantOf } from '../collection.js';
-import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, guards, principalOf, route } from '../route.js';
 import { idParam, target, collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY, plainListPage } from './common.js';
 
 const BASE = '/v1/products';
@@ -145,7 +145,7 @@ export const productRoutes: RouteDef[] = [
     responses: { 200: 'The updated product.', ...problemResponses(404, 412, 415, 422) },
     response: productSchema,
     async handle(ctx) {
-      return outcome(await ctx.bus.call({ kind: 'product.patch', ...target(ctx, productIdOf(ctx)), ifMatch: ctx.ifMatch, patch: ctx.body as ProductPatch }));
+      return outcome(await ctx.bus.call({ kind: 'product.patch', ...target(ctx, productIdOf(ctx)), ...guards(ctx), patch: ctx.body as ProductPatch }));
     },
   }),
 
@@ -158,7 +158,7 @@ export const productRoutes: RouteDef[] = [
     scope: 'products:write',
     responses: { 204: 'Deleted.', ...problemResponses(404, 412) },
     async handle(ctx) {
-      await ctx.bus.call({ kind: 'product.delete', ...target(ctx, productIdOf(ctx)), ifMatch: ctx.ifMatch });
+      await ctx.bus.call({ kind: 'product.delete', ...target(ctx, productIdOf(ctx)), ...guards(ctx) });
       return { status: 204, cache: 'no-store' };
     },
   }),

@@ -8,7 +8,7 @@ import { newId, parseId, partitionFor } from '../../common/ids.js';
 import type { MembershipRecord, TeamRecord, TeamRole } from '../../proto/messages.js';
 import { membershipId, TEAM_SORTS } from '../../actors/teams.js';
 import { LIST_PARAMS, fieldsParam, parseFields, project, sortParam, variantOf } from '../collection.js';
-import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, guards, principalOf, route } from '../route.js';
 import { idParam, collectionSchema, iso, linksSchema, plainListPage, problemResponses, READ_ONLY } from './common.js';
 
 const BASE = '/v1/teams';
@@ -145,7 +145,7 @@ export const teamRoutes: RouteDef[] = [
     scope: 'teams:write',
     responses: { 204: 'Deleted.', ...problemResponses(404, 412) },
     async handle(ctx) {
-      await ctx.bus.call({ kind: 'team.delete', ...home(ctx), id: teamIdOf(ctx), ifMatch: ctx.ifMatch });
+      await ctx.bus.call({ kind: 'team.delete', ...home(ctx), id: teamIdOf(ctx), ...guards(ctx) });
       return { status: 204, cache: 'no-store' };
     },
   }),
@@ -223,7 +223,7 @@ export const teamRoutes: RouteDef[] = [
     responses: { 200: 'The membership.', ...problemResponses(404, 412, 415, 422) },
     response: memberSchema,
     async handle(ctx) {
-      return memberOutcome(await ctx.bus.call({ kind: 'member.patch', ...memberTarget(ctx), ifMatch: ctx.ifMatch, role: (ctx.body as { role: TeamRole }).role }));
+      return memberOutcome(await ctx.bus.call({ kind: 'member.patch', ...memberTarget(ctx), ...guards(ctx), role: (ctx.body as { role: TeamRole }).role }));
     },
   }),
 
@@ -236,7 +236,7 @@ export const teamRoutes: RouteDef[] = [
     scope: 'teams:write',
     responses: { 204: 'Removed.', ...problemResponses(404, 412) },
     async handle(ctx) {
-      await ctx.bus.call({ kind: 'member.remove', ...memberTarget(ctx), ifMatch: ctx.ifMatch });
+      await ctx.bus.call({ kind: 'member.remove', ...memberTarget(ctx), ...guards(ctx) });
       return { status: 204, cache: 'no-store' };
     },
   }),

@@ -10,7 +10,7 @@ import { newId, partitionFor } from '../../common/ids.js';
 import type { UserInput, UserPatch, UserRecord } from '../../proto/messages.js';
 import { USER_SORTS } from '../../actors/users.js';
 import { LIST_PARAMS, fieldsParam, parseFields, project, sortParam, variantOf } from '../collection.js';
-import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, guards, principalOf, route } from '../route.js';
 import { cachedRenderingBytes } from '../representation.js';
 import { idParam, collectionSchema, iso, linksSchema, problemResponses, READ_ONLY, plainListPage } from './common.js';
 
@@ -191,7 +191,7 @@ export const userRoutes: RouteDef[] = [
     responses: { 200: 'The replaced user.', ...problemResponses(404, 409, 412, 415, 422) },
     response: userSchema,
     async handle(ctx) {
-      return outcome(await ctx.bus.call({ kind: 'user.replace', ...userTarget(ctx), ifMatch: ctx.ifMatch, input: inputOf(ctx.body as Record<string, unknown>) }));
+      return outcome(await ctx.bus.call({ kind: 'user.replace', ...userTarget(ctx), ...guards(ctx), input: inputOf(ctx.body as Record<string, unknown>) }));
     },
   }),
 
@@ -206,7 +206,7 @@ export const userRoutes: RouteDef[] = [
     responses: { 200: 'The updated user.', ...problemResponses(404, 409, 412, 415, 422) },
     response: userSchema,
     async handle(ctx) {
-      return outcome(await ctx.bus.call({ kind: 'user.patch', ...userTarget(ctx), ifMatch: ctx.ifMatch, patch: ctx.body as UserPatch }));
+      return outcome(await ctx.bus.call({ kind: 'user.patch', ...userTarget(ctx), ...guards(ctx), patch: ctx.body as UserPatch }));
     },
   }),
 
@@ -219,7 +219,7 @@ export const userRoutes: RouteDef[] = [
     scope: 'users:write',
     responses: { 204: 'Deleted.', ...problemResponses(404, 412) },
     async handle(ctx) {
-      await ctx.bus.call({ kind: 'user.delete', ...userTarget(ctx), ifMatch: ctx.ifMatch });
+      await ctx.bus.call({ kind: 'user.delete', ...userTarget(ctx), ...guards(ctx) });
       return { status: 204, cache: 'no-store' };
     },
   }),

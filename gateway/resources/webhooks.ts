@@ -13,7 +13,7 @@ import type { DeliveryRecord, EndpointInput, EndpointPatch, EndpointRecord } fro
 import { EVENT_TYPES } from '../../proto/webhooks.js';
 import { parseTarget, resolveTarget, systemResolver, TargetRefused, type Resolver } from '../../actors/webhook-target.js';
 import { fieldsParam, LIST_PARAMS, sortParam, variantOf } from '../collection.js';
-import { type Ctx, type JsonSchema, type Outcome, type RouteDef, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type Outcome, type RouteDef, guards, principalOf, route } from '../route.js';
 import { collectionSchema, idParam, iso, linksSchema, plainListPage, problemResponses } from './common.js';
 
 const BASE = '/v1/webhook-endpoints';
@@ -228,7 +228,7 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
       async handle(ctx) {
         const patch = ctx.body as EndpointPatch;
         if (patch.endpointUrl !== undefined) await checkUrl(ctx, patch.endpointUrl);
-        return outcome(await ctx.bus.call({ kind: 'webhook.patch', ...endpointTarget(ctx), ifMatch: ctx.ifMatch, patch }));
+        return outcome(await ctx.bus.call({ kind: 'webhook.patch', ...endpointTarget(ctx), ...guards(ctx), patch }));
       },
     }),
 
@@ -241,7 +241,7 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
       scope: 'webhooks:write',
       responses: { 204: 'Deleted.', ...problemResponses(404, 412) },
       async handle(ctx) {
-        await ctx.bus.call({ kind: 'webhook.delete', ...endpointTarget(ctx), ifMatch: ctx.ifMatch });
+        await ctx.bus.call({ kind: 'webhook.delete', ...endpointTarget(ctx), ...guards(ctx) });
         return { status: 204, cache: NO_STORE };
       },
     }),

@@ -962,6 +962,37 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     t.is((await c.delete(o.href, { 'if-match': '*' })).status, 409, 'If-Match: * passes; the paid order still cannot go');
   });
 
+  test('If-None-Match on a write: `*` or the current tag (weak too) is 412 and changes nothing; another tag passes', async (t) => {
+    const c = await tenant(t, 'inm');
+    const p = await createProduct(t, c, { price: 100 });
+    const o = await orderWithTotal(t, c, p.id, 1);
+    const old = o.etag;
+    const current = await c.patch(o.href, { note: 'v2' });
+    const tag = current.headers.etag!;
+    const attempts: [string, () => Promise<Reply>][] = [
+      ['PUT with *', () => c.put(o.href, { currency: 'EUR', note: 'replaced' }, { 'if-none-match': '*' })],
+      ['PATCH with the current tag', () => c.patch(o.href, { note: 'x' }, { 'if-none-match': tag })],
+      ['PATCH with the current tag, weak, in a list', () => c.patch(o.href, { note: 'x' }, { 'if-none-match': `"not-ours", W/${tag}` })],
+      ['DELETE with *', () => c.delete(o.href, { 'if-none-match': '*' })],
+      ['pay with the current tag', () => c.post(`${o.href}/pay`, undefined, { 'if-none-match': tag })],
+      ['add item with *', () => c.post(`${o.href}/items`, { productId: p.id, quantity: 1 }, { 'if-none-match': '*' })],
+      ['PATCH with a current If-Match and If-None-Match: *', () => c.patch(o.href, { note: 'x' }, { 'if-match': tag, 'if-none-match': '*' })],
+    ];
+    for (const [what, attempt] of attempts) {
+      assertProblem(t, await attempt(), 412, 'precondition-failed');
+      const now = await c.get(o.href);
+      t.is(now.headers.etag, tag, `${what} changed nothing`);
+      t.like(now.json, { note: 'v2', status: 'pending', total: 100 });
+    }
+    // If-Match is evaluated first: a stale one is its own 412 whatever If-None-Match says.
+    assertProblem(t, await c.patch(o.href, { note: 'x' }, { 'if-match': old, 'if-none-match': old }), 412, 'precondition-failed');
+    const ok = await c.patch(o.href, { note: 'v3' }, { 'if-none-match': `${old}, "not-ours"` });
+    t.is(ok.status, 200, ok.text);
+    t.is(ok.json.note, 'v3');
+    // A read still answers 304 from it.
+    t.is((await c.get(o.href, { 'if-none-match': ok.headers.etag! })).status, 304);
+  });
+
   // ---------------- tenancy and scopes ----------------
 
   test('tenancy: another tenant gets 404 for my order and product and never sees them in lists', async (t) => {
