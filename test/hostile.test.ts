@@ -482,6 +482,34 @@ function slowClient(port: number, everyMs: number, deadlineMs: number): SlowClie
   return { connected, done };
 }
 
+test("uWS's own edges: a write with a request pipelined behind it runs but both answers are lost; a chunk extension or a missing Host is dropped; an absolute-form target waits for the idle timeout; Expect: 100-continue over the limit hears 100 before 413", async (t) => {
+  const tok = await tenantToken('uws-edges');
+  const order = await create(t, tok, '/v1/orders', { currency: 'EUR' });
+  const noteNow = async (): Promise<unknown> => ((await t.context.http.send('GET', order.path, { token: tok })).json as { note: unknown }).note;
+  const patchHead = (headers: Record<string, string | undefined>, body?: object): Buffer =>
+    request('PATCH', order.path, tok, body, { 'Content-Type': 'application/merge-patch+json', Connection: undefined, ...headers });
+  // A write answers after its flush, so its answer is pending when uWS meets the next request
+  // in the same read: uWS then drops the connection. The write has run; its answer is lost.
+  await assertDropped(t, Buffer.concat([patchHead({}, { note: 'pipelined' }), request('GET', order.path, tok, undefined, { Connection: undefined })]), 'a write with a GET behind it');
+  t.is(await noteNow(), 'pipelined', 'the write behind which a request was pipelined ran');
+  // RFC 9112 §7.1.1 says a chunk extension is to be ignored; uWS 20.30 drops the connection.
+  const body = JSON.stringify({ note: 'extension' });
+  await assertDropped(t, Buffer.concat([patchHead({ 'Transfer-Encoding': 'chunked' }), Buffer.from(`${body.length.toString(16)};x=y\r\n${body}\r\n0\r\n\r\n`)]), 'a chunk extension');
+  await assertDropped(t, Buffer.from(`GET /v1 HTTP/1.1\r\nAuthorization: Bearer ${tok}\r\n\r\n`, 'latin1'), 'no Host');
+  t.is(await noteNow(), 'pipelined', 'the dropped requests changed nothing');
+  // uWS sends 100 Continue on its own before the gateway sees the head; the 413 follows, and
+  // the body the 100 invited is never read.
+  const expect = await rawExchange(t.context.service.port, {
+    send: [request('POST', '/v1/orders', tok, undefined, { 'Content-Type': 'application/json', 'Content-Length': '2000000', Expect: '100-continue' })],
+    timeoutMs: 4000,
+  });
+  t.regex(expect.bytes.toString('latin1'), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 413 /);
+  t.true(expect.closed);
+  const absolute = await rawExchange(t.context.service.port, { send: [request('GET', `http://127.0.0.1:${t.context.service.port}/v1`, tok)], timeoutMs: IDLE_CLOSE_MS.max + 2000 });
+  t.is(absolute.bytes.length, 0, 'an absolute-form target is not answered');
+  t.true((absolute.closedAfterMs ?? Infinity) >= IDLE_CLOSE_MS.min, `closed after ${absolute.closedAfterMs} ms`);
+});
+
 test('50 clients trickling a head are closed by the idle timeout, and a normal request is answered meanwhile', async (t) => {
   const clients = Array.from({ length: 50 }, () => slowClient(t.context.service.port, 400, IDLE_CLOSE_MS.max + 2000));
   await Promise.all(clients.map((c) => c.connected));
