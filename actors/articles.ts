@@ -96,7 +96,7 @@ export const articleActor: ActorDef<ArticleRecord, ArticleCommand> = {
           ...article,
           translations: mergeTranslations(article.translations, patch.translations, errors),
           defaultLanguage: patch.defaultLanguage ?? article.defaultLanguage,
-          tags: patch.tags ?? article.tags,
+          tags: patch.tags === null ? [] : (patch.tags ?? article.tags),
           version: article.version + 1,
           updatedAt: now,
         };

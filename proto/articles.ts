@@ -29,5 +29,6 @@ export interface ArticleInput {
 export interface ArticlePatch {
   translations?: Record<string, Partial<Translation> | null>;
   defaultLanguage?: string;
-  tags?: string[];
+  /** null removes every tag (RFC 7396). */
+  tags?: string[] | null;
 }

@@ -78,7 +78,7 @@ const patchSchema: JsonSchema = {
       description: 'Merge patch: null removes a language; a new language needs title and body.',
     },
     defaultLanguage: languageSchema,
-    tags: tagsSchema,
+    tags: { ...tagsSchema, type: ['array', 'null'], description: 'Merge patch: the new tags; null removes them all.' },
   },
 };
 

@@ -58,6 +58,11 @@ export function registerArticleSuite(test: TestFn<SuiteContext>): void {
     t.deepEqual(patched.json.tags, ['news']);
     const stale = await c.patch(`/v1/articles/${a.id}`, { tags: [] }, { 'if-match': res.headers.etag! });
     assertProblem(t, stale, 412, 'precondition-failed');
+    // JSON Merge Patch (RFC 7396): null removes the member; the article then has no tags.
+    const untagged = await c.patch(`/v1/articles/${a.id}`, { tags: null });
+    t.is(untagged.status, 200, untagged.text);
+    t.deepEqual(untagged.json.tags, []);
+    t.is(untagged.json._links.tag, undefined);
 
     const onlyTitle = await c.patch(`/v1/articles/${a.id}`, { translations: { EN: { title: 'Hi' } } });
     t.is(onlyTitle.status, 200, onlyTitle.text);
