@@ -61,8 +61,10 @@ export function validateBody(schema: JsonSchema, body: unknown, readOnly: readon
   for (const e of validate.errors ?? []) {
     // A bad member name also fails the sub-schema of propertyNames; report the name once.
     if (e.propertyName !== undefined) continue;
+    // One entry per member: `null` for a role fails both its type and its enum, and is one
+    // invalid member, named by its first failure.
     const fe = toFieldError(e, ro);
-    const key = `${fe.pointer}|${fe.detail}`;
+    const key = fe.pointer ?? '';
     if (!seen.has(key)) errors.push(fe);
     seen.add(key);
   }

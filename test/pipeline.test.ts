@@ -13,6 +13,8 @@ import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { route, type RouteDef } from '../gateway/route.js';
+import { validateBody } from '../gateway/validate.js';
+import { ApiError } from '../common/errors.js';
 import { allPartitions } from '../common/partitions.js';
 import {
   ALL_SCOPES,
@@ -237,6 +239,13 @@ test('a body that is not valid UTF-8 is 400 malformed-request', async (t) => {
   const a = await t.context.call({ method: 'POST', path: '/v1/orders', headers: { ...bearer(t.context.admin), ...json }, body });
   const p = assertProblem(t, a, 400, 'malformed-request');
   t.regex(p.detail, /UTF-8/);
+});
+
+test('a member failing two ways (type and enum) is one invalid member, named once', (t) => {
+  const schema = { type: 'object', properties: { role: { type: 'string', enum: ['member', 'owner'] }, note: { type: 'string', maxLength: 3 } } };
+  const err = t.throws(() => validateBody(schema, { role: null, note: 'long' }), { instanceOf: ApiError });
+  t.deepEqual(err!.extra.errors?.map((e) => e.pointer), ['/role', '/note']);
+  t.is(err!.detail, 'The body has 2 invalid members.');
 });
 
 test('422 names every invalid member at once with RFC 6901 pointers', async (t) => {
