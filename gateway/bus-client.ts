@@ -5,6 +5,13 @@ import type { Bus } from '../common/bus.js';
 import { fromWire } from '../common/errors.js';
 import type { Command, IdemTag, Query, ReplyMap, Result } from '../proto/messages.js';
 
+/** One write's reply, with whether it was kept from an earlier attempt and until when. */
+export interface Sent<T> {
+  value: T;
+  replayed: boolean;
+  keptUntil: number | undefined;
+}
+
 /** What a request with an Idempotency-Key learns from its writes. */
 export interface Replay {
   replayed: boolean;
@@ -48,7 +55,7 @@ export class BusClient {
    * whether it was kept from an earlier attempt and until when. Whether the request's answer is a
    * replay is left to the caller (markReplayed): it is one only if every part of it is.
    */
-  async send<C extends Command>(cmd: C): Promise<{ value: ReplyMap[C['kind']]; replayed: boolean; keptUntil: number | undefined }> {
+  async send<C extends Command>(cmd: C): Promise<Sent<ReplyMap[C['kind']]>> {
     if (this.idem) cmd.idem ??= this.idem.tag;
     const result = await this.bus.send(cmd);
     return { value: unwrap(result), replayed: result.replayed === true, keptUntil: result.keptUntil };

@@ -108,24 +108,34 @@ function splitTags(header: string): string[] {
   return header.split(',').map((t) => t.trim()).filter(Boolean);
 }
 
+/** A tag as weak comparison (RFC 9110 §8.8.3.2) sees it: W/"x" is "x". */
+function weakened(tag: string): string {
+  return tag.startsWith('W/') ? tag.slice(2) : tag;
+}
+
 /** RFC 9110 §13.1.2: weak comparison, so W/"x" matches "x". */
 export function noneMatch(header: string | undefined, tag: string): boolean {
   if (header === undefined) return false;
   if (header.trim() === '*') return true;
-  return splitTags(header).some((t) => (t.startsWith('W/') ? t.slice(2) : t) === tag);
+  return splitTags(header).some((t) => weakened(t) === tag);
 }
 
-/** If-Match (RFC 9110 §13.1.1) uses strong comparison: the versions named by our tags. */
-export function parseIfMatch(header: string | undefined): IfMatch {
+/** The versions named by the header's tags that are ours, each compared as `asTag` makes it; `*` alone matches any version. */
+function versionsNamed(header: string | undefined, asTag: (t: string) => string): IfMatch {
   if (header === undefined) return undefined;
   if (header.trim() === '*') return '*';
   const versions: number[] = [];
   for (const t of splitTags(header)) {
-    const m = /^"(\d{1,15})-[A-Za-z0-9_-]+"$/.exec(t);
+    const m = /^"(\d{1,15})-[A-Za-z0-9_-]+"$/.exec(asTag(t));
     if (m) versions.push(Number(m[1]));
   }
-  // No tag of ours: nothing can match, and the write is refused with 412.
+  // No tag of ours: nothing can match (a write under If-Match is then refused with 412).
   return versions;
+}
+
+/** If-Match (RFC 9110 §13.1.1) uses strong comparison: the versions named by our tags. */
+export function parseIfMatch(header: string | undefined): IfMatch {
+  return versionsNamed(header, (t) => t);
 }
 
 /**
@@ -133,9 +143,7 @@ export function parseIfMatch(header: string | undefined): IfMatch {
  * "3-x" does. A tag that is not ours names no version, so it never matches.
  */
 export function parseIfNoneMatch(header: string | undefined): IfMatch {
-  if (header === undefined) return undefined;
-  if (header.trim() === '*') return '*';
-  return parseIfMatch(splitTags(header).map((t) => (t.startsWith('W/') ? t.slice(2) : t)).join(', '));
+  return versionsNamed(header, weakened);
 }
 
 export interface Encoded {

@@ -15,6 +15,7 @@ import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { BatchOp, BatchOutcome, IdemTag, ProductRecord } from '../../proto/messages.js';
 import { parseIfMatch } from '../representation.js';
 import { type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import type { Sent } from '../bus-client.js';
 import { homePartition } from '../idempotency.js';
 import { validateBody } from '../validate.js';
 import { READ_ONLY, problemResponses } from './common.js';
@@ -249,19 +250,18 @@ export const orderBatchRoute: RouteDef = route({
     // The home group also keeps what the gateway refused, so a retry answers exactly as the first
     // attempt did even if, say, a product it named has appeared since.
     const refused: BatchOutcome[] = failures.map((f) => ({ index: f.index, ok: false, error: f.error }));
-    const send = ([partition, ops]: [number, BatchOp[]]): Promise<GroupReply> =>
+    const send = ([partition, ops]: [number, BatchOp[]]): Promise<Sent<BatchOutcome[]>> =>
       ctx.bus.send({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) });
     // The home group goes first and alone: it takes the key under the whole request's
     // fingerprint. Nothing else is sent unless it did: a request reusing the key for something
     // else (422), sent while the first is still running (409), or whose home owner cannot be
     // reached (503) writes nothing anywhere.
     const entries = [...groups].sort(([a], [b]) => (a === keyHome ? -1 : b === keyHome ? 1 : 0));
-    const settled: PromiseSettledResult<GroupReply>[] = [];
+    const settled: PromiseSettledResult<Sent<BatchOutcome[]>>[] = [];
     if (keyHome !== undefined) {
-      const [first] = await Promise.allSettled([send(entries[0]!)]);
-      if (first!.status === 'rejected') throw first!.reason;
-      until = first!.value.keptUntil;
-      settled.push(first!);
+      const home = await send(entries[0]!);
+      until = home.keptUntil;
+      settled.push({ status: 'fulfilled', value: home });
     }
     settled.push(...(await Promise.allSettled(entries.slice(settled.length).map(send))));
     // A group of the first attempt still running makes the whole request "in flight" too.
@@ -312,8 +312,6 @@ export const orderBatchRoute: RouteDef = route({
     return { status: atomic ? 200 : 207, body: { results }, cache: 'no-store' };
   },
 });
-
-type GroupReply = { value: BatchOutcome[]; replayed: boolean; keptUntil: number | undefined };
 
 /** Throws the first answer about the Idempotency-Key itself (reused, or in flight): it is the request's. */
 function keyRefusal(settled: PromiseSettledResult<unknown>[]): void {
