@@ -21,6 +21,11 @@ export interface ActorEndpoint {
 export interface Bus {
   /** Sends a command to the owner of cmd.partition. Resolves with data or a wire error. */
   send(cmd: Command): Promise<Result<unknown>>;
+  /**
+   * Answers a read at once when the owner is in this process (ActorEndpoint.read); undefined
+   * when it must be sent. Absent on a bus whose owners are elsewhere.
+   */
+  read?(cmd: Command): Result<unknown> | undefined;
   /** Sends a query to every owner node and collects their answers (one per node). */
   scatter(q: Query): Promise<Result<unknown>[]>;
   close(): Promise<void>;

@@ -14,6 +14,10 @@ export class LocalBus implements Bus {
   }
 
   /** Sets the command's `budgetMs`: a command is built for one send, so it is not copied first. */
+  read(cmd: Command): Result<unknown> | undefined {
+    return this.host.read?.(cmd);
+  }
+
   send(cmd: Command): Promise<Result<unknown>> {
     const answered = this.host.read?.(cmd);
     if (answered) return Promise.resolve(answered);

@@ -118,7 +118,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     config,
     log,
   });
-  const server = await listen(gateway.handle, {
+  const server = await listen(gateway.answer, {
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,

@@ -41,6 +41,20 @@ export class BusClient {
     return this.idem?.tag;
   }
 
+  /** Whether `readNow` can answer: the owners are in this process. */
+  get readsNow(): boolean {
+    return this.bus.read !== undefined;
+  }
+
+  /**
+   * A read's reply at once, when its owner is in this process; undefined when it must be sent
+   * (`call` then). An error reply throws, as `call` rejects.
+   */
+  readNow<C extends Command>(cmd: C): ReplyMap[C['kind']] | undefined {
+    const result = this.bus.read?.(cmd);
+    return result === undefined ? undefined : unwrap(result);
+  }
+
   /** Tags the command with the request's key, if it has none: a command is built for one call. */
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
     if (!this.idem) return unwrap(await this.bus.send(cmd));

@@ -1,7 +1,8 @@
 // The uWS edge: turns uWS callbacks into a GatewayRequest and a GatewayResponse back into bytes.
 // uWS rules this file keeps (uWS user manual): read everything from `req` before the first
-// await (it is stack-allocated), register onAborted before any await, write inside cork, and
-// stream large bodies with tryEnd/onWritable so a slow reader cannot grow our memory.
+// await (it is stack-allocated), register onAborted before returning without an answer, write
+// inside cork (uWS holds one around its own callbacks; a later turn takes its own), and stream
+// large bodies with tryEnd/onWritable so a slow reader cannot grow our memory.
 
 import { STATUS_CODES } from 'node:http';
 import uWS from '@trufflesuite/uws-js-unofficial';
@@ -62,10 +63,11 @@ function joined(before: string | undefined, v: string): string {
 
 // Addresses are ASCII; TextDecoder reads uWS's ArrayBuffer without wrapping it in a Buffer first.
 const ascii = new TextDecoder();
-const statusLines = new Map<number, string>();
-function statusLine(status: number): string {
+// Status lines as bytes: uWS takes a byte view as it is, where a string is measured and encoded.
+const statusLines = new Map<number, Uint8Array>();
+function statusLine(status: number): Uint8Array {
   let line = statusLines.get(status);
-  if (!line) statusLines.set(status, (line = `${status} ${STATUS_CODES[status] ?? ''}`.trim()));
+  if (!line) statusLines.set(status, (line = Buffer.from(`${status} ${STATUS_CODES[status] ?? ''}`.trim(), 'latin1')));
   return line;
 }
 
@@ -135,7 +137,30 @@ function refuseHead(headers: RequestHeaders, headBytes: number, lengths: number,
   return undefined;
 }
 
-export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
+/**
+ * One exchange's state at the edge. uWS needs onAborted only for an answer it does not get
+ * before the request's callback returns: `watch` registers it the first time one has to wait.
+ */
+class Exchange {
+  aborted = false;
+  private watched = false;
+
+  constructor(private readonly res: uWS.HttpResponse) {}
+
+  watch(): void {
+    if (this.watched) return;
+    this.watched = true;
+    this.res.onAborted(() => {
+      this.aborted = true;
+    });
+  }
+}
+
+/**
+ * `handle` answers at once when it can (Gateway.answer): that answer is written before uWS's
+ * callback returns, inside the cork uWS holds around it, as the bare uWS server does.
+ */
+export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
   const app = uWS.App();
 
   app.any('/*', (res, req) => {
@@ -202,14 +227,12 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     // uWS closes after the answer when the first Connection line's value has 5 characters (its
     // test for "close"); that client is not told how long the connection would stay open.
     const clientCloses = connection?.length === 5;
-    let aborted = false;
-    res.onAborted(() => {
-      aborted = true;
-    });
+    const exchange = new Exchange(res);
 
+    // From a later turn: inside a cork of its own, unless the connection went away meanwhile.
     const send = (response: GatewayResponse, close = false): void => {
-      if (aborted) return;
-      res.cork(() => writeResponse(res, request.method, response, close, !close && !clientCloses, () => aborted));
+      if (exchange.aborted) return;
+      res.cork(() => writeResponse(res, request.method, response, close, !close && !clientCloses, exchange));
     };
     // Answered here, before the pipeline runs, but rendered by the one problem renderer so it
     // carries Trace-Id, traceId and the rate-limit fields like every other answer (CONTRACT §4);
@@ -221,10 +244,32 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     const refuse = (err: ApiError): void => {
       // Rendered by the gateway: charged to the caller, with the rate-limit fields.
       const response = opts.refuse(request, err);
+      exchange.watch();
       setImmediate(() => send(response, true));
     };
     const run = (): void => {
-      handle(request)
+      let answered: GatewayResponse | Promise<GatewayResponse>;
+      try {
+        answered = handle(request);
+      } catch (err) {
+        // handle() renders its own errors; reaching here is a bug in the pipeline itself.
+        answered = problemResponse(err, traceIdOf(request.headers.traceparent), opts.log);
+      }
+      if (!(answered instanceof Promise)) {
+        // Still inside uWS's callback (the request's, or the body's last chunk's).
+        try {
+          writeResponse(res, request.method, answered, false, !clientCloses, exchange);
+        } catch (err) {
+          // As for a later write that throws; and uWS ends the process when its callback
+          // returns with neither an answer nor onAborted, so the connection is closed.
+          opts.log.error({ err }, 'writing a response failed');
+          exchange.watch();
+          res.close();
+        }
+        return;
+      }
+      exchange.watch();
+      answered
         .then(send, (err: unknown) => {
           // handle() renders its own errors; reaching here is a bug in the pipeline itself.
           // problemResponse logs it with its stack and answers a bare 500 with a trace id.
@@ -237,6 +282,7 @@ export function listen(handle: (req: GatewayRequest) => Promise<GatewayResponse>
     const refusal = refuseHead(headers, headBytes, lengths, codings, opts.maxBodyBytes);
     if (refusal) return refuse(refusal);
     if (lengths === 0 && codings === 0) return run();
+    exchange.watch();
     const chunks: Buffer[] = [];
     let size = 0;
     let refused = false;
@@ -296,8 +342,9 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, ke
 
 const CR_OR_LF_ALL = /[\r\n]/g;
 
-function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, isAborted: () => boolean): void {
-  res.writeStatus(statusLine(r.status));
+function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, exchange: Exchange): void {
+  // uWS writes 200 OK itself when no status is given.
+  if (r.status !== 200) res.writeStatus(statusLine(r.status));
   writeHeaders(res, r.headers, keepAlive);
   // endWithoutBody() takes no length here: this uWS build mis-writes an explicit one.
   if (r.status === 204 || r.status === 304 || r.body === undefined) {
@@ -334,8 +381,9 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
   const [ok, done] = res.tryEnd(body, body.length);
   if (ok || done) return;
   // Backpressure: resume from where the socket stopped, only when it can take more.
+  exchange.watch();
   res.onWritable((offset) => {
-    if (isAborted()) return true;
+    if (exchange.aborted) return true;
     const [more] = res.tryEnd(body.subarray(offset - start), body.length);
     return more;
   });

@@ -3,8 +3,9 @@
 //   trace id → authenticate → rate limit → route → authorize → negotiate → parse and validate
 //     → handler (command → bus) → render → conditional → compress
 //
-// `handle` is a pure function from GatewayRequest to GatewayResponse; the uWS adapter
-// (gateway/http.ts) is the only code that knows about sockets.
+// `answer` is a pure function from GatewayRequest to GatewayResponse (or a promise of one, when
+// something has to be waited for); the uWS adapter (gateway/http.ts) is the only code that knows
+// about sockets.
 
 import { randomBytes } from 'node:crypto';
 import secureJson from 'secure-json-parse';
@@ -47,6 +48,9 @@ export interface GatewayDeps {
 }
 
 export interface Gateway {
+  /** The answer: at once when nothing has to be waited for (the uWS edge's entry). */
+  answer(req: GatewayRequest): GatewayResponse | Promise<GatewayResponse>;
+  /** The same answer, always as a promise. */
   handle(req: GatewayRequest): Promise<GatewayResponse>;
   /** Answers a request the uWS edge refused before the pipeline ran (413), charged like any other. */
   refuse(req: GatewayRequest, err: unknown): GatewayResponse;
@@ -70,38 +74,42 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const replays = new ReplayCache();
   const limiter = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
 
-  async function handle(req: GatewayRequest): Promise<GatewayResponse> {
-    const traceId = traceIdOf(req.headers.traceparent);
-    let replay: Replay | undefined;
-    let quota: string | undefined;
-    let res: GatewayResponse;
-    let life: LifecycleCheck | undefined;
+  /**
+   * The answer, at once when everything it needs is at hand: a caller whose token was verified
+   * before, and a route that can read its record now (RouteDef.read). Otherwise a promise of it.
+   * An answer given at once costs no promise, no turn of the microtask queue, and lets the uWS
+   * edge write it before it returns, as the bare uWS ceiling does.
+   */
+  function answer(req: GatewayRequest): GatewayResponse | Promise<GatewayResponse> {
+    const auth = req.headers.authorization;
+    const principal = deps.auth.cached(auth);
+    if (principal !== undefined || auth === undefined) return serve(req, principal, undefined);
+    return deps.auth.authenticate(auth).then(
+      (verified) => serve(req, verified, undefined),
+      (err: unknown) => serve(req, undefined, err),
+    );
+  }
+
+  function serve(req: GatewayRequest, principal: Principal | undefined, authFailure: unknown): GatewayResponse | Promise<GatewayResponse> {
+    const p: Pending = { traceId: traceIdOf(req.headers.traceparent), life: undefined, quota: undefined, replay: undefined };
     try {
-      const auth = req.headers.authorization;
-      let principal: Principal | undefined;
-      let authFailure: unknown;
-      try {
-        principal = deps.auth.cached(auth) ?? (await deps.auth.authenticate(auth));
-      } catch (err) {
-        authFailure = err;
-      }
       // A non-active route's headers go on every answer, errors, 429s and 304s included
       // (CONTRACT §9): the route is known before anything can refuse the request.
       const match = router.match(req.method, req.path);
-      if (match.kind === 'found' && deps.lifecycle) life = deps.lifecycle.check(match.route, match.params);
+      if (match.kind === 'found' && deps.lifecycle) p.life = deps.lifecycle.check(match.route, match.params);
       // Right after authentication, before any other work: a caller without a valid token
       // (anonymous, or about to get its 401) is charged to its address, so a flood of bad tokens
       // is limited too, and a refused request costs no parsing or bus call.
-      quota = limiter.charge(callerKey(principal, req.remoteAddress));
+      p.quota = limiter.charge(callerKey(principal, req.remoteAddress));
       // Residual traffic counts the calls let in, not those the limiter turned away.
-      if (life && match.kind === 'found') deps.lifecycle!.count(match.route, principal);
+      if (p.life && match.kind === 'found') deps.lifecycle!.count(match.route, principal);
       if (authFailure !== undefined) throw authFailure;
       if (match.kind === 'not-found') throw new ApiError('not-found', 'There is no resource at this path.');
       if (match.kind === 'method-not-allowed') {
         throw new ApiError('method-not-allowed', `${req.method} is not supported here.`, { headers: { allow: match.allow.join(', ') } });
       }
       const route = match.route;
-      if (life?.gone) throw life.gone;
+      if (p.life?.gone) throw p.life.gone;
       if (route.scope !== undefined) deps.auth.authorize(principal, route.scope);
       const media = negotiateMediaType(req.headers.accept, route.produces);
       const coding = negotiateCoding(req.headers['accept-encoding']);
@@ -113,7 +121,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         query: EMPTY_QUERY,
         body: undefined,
         principal,
-        traceId,
+        traceId: p.traceId,
         media,
         coding,
         ifMatch: parseIfMatch(req.headers['if-match']),
@@ -123,40 +131,69 @@ export function createGateway(deps: GatewayDeps): Gateway {
         idempotencyKey,
         version: route.version ?? 'v1',
       };
-      let outcome: Outcome | undefined;
-      if (idempotencyKey !== undefined) {
-        replay = { replayed: false };
-        // A kept answer is looked for before the query and body are parsed: it was only kept for
-        // a request that passed them, and a retry repeats their bytes.
-        let kept = route.replay ? replays.get(principalOf(ctx).tenant, idempotencyKey, req) : undefined;
-        if (!kept) {
-          const tag = idemTag(req, idempotencyKey);
-          ctx.bus = deps.bus.withIdempotency(tag, replay);
-          if (route.replay) {
-            const tenant = principalOf(ctx).tenant;
-            const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
-            if (peeked.replayed) replays.set(tenant, idempotencyKey, req, (kept = peeked));
-            else if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
-          }
-        }
-        if (kept) {
-          replay.replayed = true;
-          if (!kept.ok) throw fromWire(kept.error);
-          outcome = route.replay!.outcome(ctx, kept.value);
+      if (idempotencyKey !== undefined) return kept(ctx, route, p);
+      ctx.query = parseQuery(req.query, route);
+      ctx.body = parseBody(req, route, deps.config);
+      const now = route.read !== undefined && deps.bus.readsNow ? route.read(ctx) : undefined;
+      if (now === undefined) return handled(ctx, route, p);
+      const rendered = render(now, ctx, p.traceId);
+      if (rendered instanceof Promise) return rendered.then((res) => finish(res, p), (err: unknown) => failed(err, p));
+      return finish(rendered, p);
+    } catch (err) {
+      return failed(err, p);
+    }
+  }
+
+  /** A POST with an Idempotency-Key: its kept answer, or else the handler's. */
+  async function kept(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
+    const req = ctx.req;
+    const idempotencyKey = ctx.idempotencyKey!;
+    try {
+      const replay: Replay = (p.replay = { replayed: false });
+      // A kept answer is looked for before the query and body are parsed: it was only kept for
+      // a request that passed them, and a retry repeats their bytes.
+      let kept = route.replay ? replays.get(principalOf(ctx).tenant, idempotencyKey, req) : undefined;
+      if (!kept) {
+        const tag = idemTag(req, idempotencyKey);
+        ctx.bus = deps.bus.withIdempotency(tag, replay);
+        if (route.replay) {
+          const tenant = principalOf(ctx).tenant;
+          const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
+          if (peeked.replayed) replays.set(tenant, idempotencyKey, req, (kept = peeked));
+          else if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
         }
       }
-      if (!outcome) {
+      if (!kept) {
         ctx.query = parseQuery(req.query, route);
         ctx.body = parseBody(req, route, deps.config);
+        return await handled(ctx, route, p);
       }
-      outcome ??= await route.handle(ctx);
-      const rendered = render(outcome, ctx, traceId);
-      res = rendered instanceof Promise ? await rendered : rendered;
+      replay.replayed = true;
+      if (!kept.ok) throw fromWire(kept.error);
+      const rendered = render(route.replay!.outcome(ctx, kept.value), ctx, p.traceId);
+      return finish(rendered instanceof Promise ? await rendered : rendered, p);
     } catch (err) {
-      res = problemResponse(err, traceId, deps.log);
+      return failed(err, p);
     }
-    if (replay?.replayed) res.headers['idempotent-replayed'] = 'true';
-    return withQuota(withLifecycle(res, life), limiter, quota);
+  }
+
+  /** The route's handler, its query and body parsed. */
+  async function handled(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
+    try {
+      const rendered = render(await route.handle(ctx), ctx, p.traceId);
+      return finish(rendered instanceof Promise ? await rendered : rendered, p);
+    } catch (err) {
+      return failed(err, p);
+    }
+  }
+
+  function failed(err: unknown, p: Pending): GatewayResponse {
+    return finish(problemResponse(err, p.traceId, deps.log), p);
+  }
+
+  function finish(res: GatewayResponse, p: Pending): GatewayResponse {
+    if (p.replay?.replayed) res.headers['idempotent-replayed'] = 'true';
+    return withQuota(withLifecycle(res, p.life), limiter, p.quota);
   }
 
   function refuse(req: GatewayRequest, err: unknown): GatewayResponse {
@@ -179,7 +216,16 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
   const needsAddress = (headers: RequestHeaders): boolean => deps.auth.cached(headers.authorization) === undefined;
 
-  return { handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
+  const handle = async (req: GatewayRequest): Promise<GatewayResponse> => answer(req);
+  return { answer, handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
+}
+
+/** What an answer carries whatever it turns out to be: set as the request goes through. */
+interface Pending {
+  traceId: string;
+  life: LifecycleCheck | undefined;
+  quota: string | undefined;
+  replay: Replay | undefined;
 }
 
 /** A non-active route's headers (CONTRACT §9), on whatever answer it gets. */

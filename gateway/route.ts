@@ -104,6 +104,12 @@ export interface RouteDef {
   /** Response schema for the OpenAPI document (the 2xx body). */
   response?: JsonSchema;
   handle(ctx: Ctx): Promise<Outcome>;
+  /**
+   * The same outcome as `handle`, at once, when what it needs can be read now (ctx.bus.readNow);
+   * undefined sends the request on to `handle`. Called only on a bus that reads in process,
+   * never for a request with an Idempotency-Key.
+   */
+  read?(ctx: Ctx): Outcome | undefined;
   /** The version this route is mounted for; set by mountVersions (gateway/versions.ts), v1 when unset. */
   version?: ApiVersion;
   /** What differs in the /v2 twin of this route: where money is written or read. */

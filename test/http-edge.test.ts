@@ -314,6 +314,32 @@ test('an answer on a connection kept open says for how long; one that closes it 
   t.is(rawHeader(refused, 'connection'), 'close');
 });
 
+test('reads may be pipelined: three GETs of one order in one write get three answers, in order', async (t) => {
+  const tok = await tenantToken('pipelined-reads');
+  const auth = { Authorization: `Bearer ${tok}` };
+  const order = await createOrder(t, tok);
+  const get = rawRequest('GET', `/v1/orders/${order.id}`, auth);
+  const once = rawRequest('GET', `/v1/orders/${order.id}`, { ...auth, Connection: 'close' });
+  const warm = only(parseResponses((await rawExchange(t.context.service.port, { send: [once], timeoutMs: 5000 })).bytes, ['GET']));
+  t.is(warm.status, 200);
+  // The tag of this request's variant: fetch's Accept-Encoding named another.
+  const etag = rawHeader(warm, 'etag')!;
+  const conditional = rawRequest('GET', `/v1/orders/${order.id}`, { ...auth, 'If-None-Match': etag });
+  const ex = await rawExchange(t.context.service.port, {
+    send: [Buffer.concat([get, conditional, rawRequest('GET', `/v1/orders/${order.id}`, { ...auth, Connection: 'close' })])],
+    timeoutMs: 5000,
+  });
+  const answers = parseResponses(ex.bytes, ['GET', 'GET', 'GET']);
+  t.deepEqual(
+    answers.map((a) => a.status),
+    [200, 304, 200],
+  );
+  t.is(asAnswer(answers[0]!).text, order.text);
+  t.is(rawHeader(answers[1]!, 'etag'), etag);
+  t.is(asAnswer(answers[2]!).text, order.text);
+  t.true(ex.closed);
+});
+
 test('a client that reads the keep-alive hint closes an idle connection before the server does', async (t) => {
   // undici keeps an idle connection for the hint less its keepAliveTimeoutThreshold (2 s in
   // undici 7): 3 s here.

@@ -393,6 +393,50 @@ async function bigOrder(t: { context: Context }, tok: string): Promise<string> {
   return `/v1/orders/${String(order.id)}`;
 }
 
+test('a GET of an order by a token verified before is answered at once, the same answer handle() gives; what must wait is a promise', async (t) => {
+  const { gateway } = t.context;
+  const tenant = freshTenant('at-once');
+  const headers = bearer(await token(SECRET, ALL_SCOPES, { tenant }));
+  // Created with another token of the tenant: this one is first seen by the GET below.
+  const writer = bearer(await token(SECRET, 'orders:write', { tenant }));
+  const created = await t.context.call({ method: 'POST', path: '/v1/orders', headers: { ...writer, ...json }, body: { currency: 'EUR' } });
+  t.is(created.status, 201);
+  const path = created.headers.location!;
+  const get = (extra: Record<string, string> = {}, query = ''): ReturnType<Gateway['answer']> => gateway.answer(toRequest({ method: 'GET', path, query, headers: { ...headers, ...extra } }));
+
+  // A token seen for the first time is verified asynchronously.
+  const first = get();
+  t.true(first instanceof Promise);
+  const waited = answerOf(await first);
+  t.is(waited.status, 200);
+
+  const now = get();
+  t.false(now instanceof Promise, 'a read answered from committed state, by a known token, is not a promise');
+  const answered = answerOf(now as Awaited<typeof now>);
+  t.is(answered.status, 200);
+  t.is(answered.text, waited.text);
+  t.is(answered.headers.etag, waited.headers.etag);
+  const notModified = get({ 'if-none-match': answered.headers.etag! });
+  t.false(notModified instanceof Promise);
+  t.is((notModified as Awaited<typeof notModified>).status, 304);
+  // Problems found on the way are answered at once too.
+  const unknown = gateway.answer(toRequest({ method: 'GET', path: '/v1/orders/ord_0000000000000000000000000z', headers }));
+  t.false(unknown instanceof Promise);
+  t.is((unknown as Awaited<typeof unknown>).status, 404);
+  const badFields = get({}, 'fields=nope');
+  t.false(badFields instanceof Promise);
+  t.is((badFields as Awaited<typeof badFields>).status, 400);
+
+  // Products live with their own owners: expanding them waits, and still answers.
+  const expanded = get({}, 'expand=items.product');
+  t.true(expanded instanceof Promise);
+  t.is(answerOf(await expanded).status, 200);
+  // So does any write.
+  const write = gateway.answer(toRequest({ method: 'PATCH', path, headers: { ...headers, 'content-type': 'application/merge-patch+json' }, body: { note: 'x' } }));
+  t.true(write instanceof Promise);
+  t.is(answerOf(await write).status, 200);
+});
+
 test('a large answer is br- or gzip-encoded as asked and decodes to the identity JSON', async (t) => {
   const { call } = t.context;
   const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('zip') });

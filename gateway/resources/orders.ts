@@ -211,6 +211,18 @@ function orderVariant(o: OrderRecord, fields: Set<string> | undefined, expand: S
   return variantOf(fields, expand, v === 'v1' ? embedded : `${embedded};api=${v}`);
 }
 
+/** A GET of one order: rendered on demand, tagged by its version and variant. */
+function orderRead(ctx: Ctx, order: OrderRecord, fields: Set<string> | undefined, expand: Set<string>, products: Map<string, ProductRecord> | undefined): Outcome {
+  return {
+    status: 200,
+    render: () => renderOrder(order, fields, expand, products, ctx.version),
+    cacheKey: order.id,
+    record: order,
+    tag: { version: order.version, variant: orderVariant(order, fields, expand, products, ctx.version) },
+    versioned: true,
+  };
+}
+
 /**
  * The ETag a GET of the order answers as JSON, identity, without fields or expand: what a write
  * answers for the next If-Match. The version suffix comes twice, as on the GET's way: once in the
@@ -413,20 +425,21 @@ export const orderRoutes: RouteDef[] = [
     responses: { 200: 'The order.', 304: 'The tag in If-None-Match is current.', ...problemResponses(400, 404) },
     response: orderSchema,
     v2: { query: { fields: fieldsParam(ORDER_FIELDS_V2), expand: expandParam(ORDER_EXPANDS) }, response: orderSchemaV2 },
+    read(ctx) {
+      const fields = parseFields(ctx.query, orderFields(ctx.version));
+      const expand = parseExpand(ctx.query, ORDER_EXPANDS);
+      // Products are read from their own owners: that waits.
+      if (expand.has('items.product')) return undefined;
+      const order = ctx.bus.readNow({ kind: 'order.get', ...target(ctx, orderIdOf(ctx)) });
+      return order && orderRead(ctx, order, fields, expand, undefined);
+    },
     async handle(ctx) {
       const fields = parseFields(ctx.query, orderFields(ctx.version));
       const expand = parseExpand(ctx.query, ORDER_EXPANDS);
       const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, orderIdOf(ctx)) });
       // Without items.product there is nothing to fetch, and no reason to wait a turn.
       const products = expand.has('items.product') ? await expansionProducts(ctx, [order], expand) : undefined;
-      return {
-        status: 200,
-        render: () => renderOrder(order, fields, expand, products, ctx.version),
-        cacheKey: order.id,
-        record: order,
-        tag: { version: order.version, variant: orderVariant(order, fields, expand, products, ctx.version) },
-        versioned: true,
-      };
+      return orderRead(ctx, order, fields, expand, products);
     },
   }),
 
