@@ -393,7 +393,7 @@ async function bigOrder(t: { context: Context }, tok: string): Promise<string> {
   return `/v1/orders/${String(order.id)}`;
 }
 
-test('a GET of an order by a token verified before is answered at once, the same answer handle() gives; what must wait is a promise', async (t) => {
+test('a GET of an order by a token verified before, and a replay the gateway keeps, are answered at once, as handle() answers them; what must wait is a promise', async (t) => {
   const { gateway } = t.context;
   const tenant = freshTenant('at-once');
   const headers = bearer(await token(SECRET, ALL_SCOPES, { tenant }));
@@ -435,6 +435,25 @@ test('a GET of an order by a token verified before is answered at once, the same
   const write = gateway.answer(toRequest({ method: 'PATCH', path, headers: { ...headers, 'content-type': 'application/merge-patch+json' }, body: { note: 'x' } }));
   t.true(write instanceof Promise);
   t.is(answerOf(await write).status, 200);
+
+  // A keyed POST runs, its first retry is answered from the owner's kept answer, which the
+  // gateway then keeps: the next retry is answered at once, the same answer.
+  const keyed = (): ReturnType<Gateway['answer']> =>
+    gateway.answer(toRequest({ method: 'POST', path: '/v1/orders', headers: { ...headers, ...json, 'idempotency-key': 'at-once-1' }, body: { currency: 'EUR' } }));
+  const ran = keyed();
+  t.true(ran instanceof Promise);
+  const original = answerOf(await ran);
+  t.is(original.status, 201);
+  const fromOwner = keyed();
+  t.true(fromOwner instanceof Promise);
+  t.is(answerOf(await fromOwner).headers['idempotent-replayed'], 'true');
+  const fromGateway = keyed();
+  t.false(fromGateway instanceof Promise, 'a replay the gateway keeps is answered at once');
+  const replay = answerOf(fromGateway as Awaited<typeof fromGateway>);
+  t.is(replay.status, 201);
+  t.is(replay.headers['idempotent-replayed'], 'true');
+  t.is(replay.headers.location, original.headers.location);
+  t.is(replay.text, original.text);
 });
 
 test('a large answer is br- or gzip-encoded as asked and decodes to the identity JSON', async (t) => {
