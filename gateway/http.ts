@@ -314,16 +314,37 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
 }
 
 /**
- * Every header in one native call: the first name, then its value followed by the other lines.
- * Each call into uWS costs more than building the string, and a response carries five or six
- * headers. A CR or LF inside a value would forge a header line, so each value is checked on its
- * own and any such byte becomes a space (values are ours; this guards against a bug, not a user).
+ * The headers in two native calls: the lines whose values come from a small set (FixedLines) as
+ * bytes kept per combination, then the others as one string, the first name followed by its
+ * value and the other lines. Each call into uWS costs more than building the string, and a string
+ * is measured, flattened and encoded by uWS on every call, where bytes are copied as they are.
+ * A CR or LF inside a value would forge a header line, so each value is checked on its own and any
+ * such byte becomes a space (values are ours; this guards against a bug, not a user); a fixed
+ * combination is checked once, when it is first kept.
  */
 function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, keepAlive: boolean): void {
   let first: string | undefined;
   let value = '';
+  let cacheControl: string | undefined;
+  let vary: string | undefined;
+  let contentType: string | undefined;
+  let policy: string | undefined;
   for (const k in headers) {
     let v = headers[k]!;
+    switch (k) {
+      case 'cache-control':
+        cacheControl = v;
+        continue;
+      case 'vary':
+        vary = v;
+        continue;
+      case 'content-type':
+        contentType = v;
+        continue;
+      case 'ratelimit-policy':
+        policy = v;
+        continue;
+    }
     // Two indexOf scans cost less than half a regular expression test on these short values.
     if (v.indexOf('\r') !== -1 || v.indexOf('\n') !== -1) v = v.replace(CR_OR_LF_ALL, ' ');
     if (first === undefined) {
@@ -333,14 +354,68 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, ke
       value += `\r\n${k}: ${v}`;
     }
   }
-  if (keepAlive) {
-    if (first === undefined) res.writeHeader('keep-alive', KEEP_ALIVE);
-    else value += `\r\nkeep-alive: ${KEEP_ALIVE}`;
-  }
   if (first !== undefined) res.writeHeader(first, value);
+  const fixed = fixedLines.get(cacheControl, vary, contentType, policy, keepAlive);
+  if (fixed) res.writeHeader(fixed.name, fixed.rest);
 }
 
 const CR_OR_LF_ALL = /[\r\n]/g;
+
+interface FixedBlock {
+  cacheControl: string | undefined;
+  vary: string | undefined;
+  contentType: string | undefined;
+  policy: string | undefined;
+  keepAlive: boolean;
+  /** The first line's name, then its value and the other lines, as writeHeader takes them. */
+  name: Uint8Array;
+  rest: Uint8Array;
+}
+
+/**
+ * Cache-Control, Vary, Content-Type, RateLimit-Policy and Keep-Alive: values taken from the
+ * routes, the negotiated media type and the limiter's policy, so only a few combinations occur.
+ * Each is encoded once and looked up by its values; at most MAX_FIXED_BLOCKS are kept (the oldest
+ * goes), so a combination never seen before costs an encoding, never memory.
+ */
+export class FixedLines {
+  private readonly blocks: FixedBlock[] = [];
+
+  get size(): number {
+    return this.blocks.length;
+  }
+
+  get(cacheControl: string | undefined, vary: string | undefined, contentType: string | undefined, policy: string | undefined, keepAlive: boolean): FixedBlock | undefined {
+    for (const b of this.blocks) {
+      if (b.cacheControl === cacheControl && b.vary === vary && b.contentType === contentType && b.policy === policy && b.keepAlive === keepAlive) return b;
+    }
+    const lines: [string, string | undefined][] = [
+      ['cache-control', cacheControl],
+      ['vary', vary],
+      ['content-type', contentType],
+      ['ratelimit-policy', policy],
+      ['keep-alive', keepAlive ? KEEP_ALIVE : undefined],
+    ];
+    const present = lines.filter((l): l is [string, string] => l[1] !== undefined).map(([n, v]) => [n, v.replace(CR_OR_LF_ALL, ' ')] as const);
+    if (present.length === 0) return undefined;
+    const [[name, firstValue], ...others] = present as [readonly [string, string], ...(readonly [string, string])[]];
+    const block: FixedBlock = {
+      cacheControl,
+      vary,
+      contentType,
+      policy,
+      keepAlive,
+      name: Buffer.from(name),
+      rest: Buffer.from(firstValue + others.map(([n, v]) => `\r\n${n}: ${v}`).join('')),
+    };
+    if (this.blocks.length >= MAX_FIXED_BLOCKS) this.blocks.shift();
+    this.blocks.push(block);
+    return block;
+  }
+}
+
+export const MAX_FIXED_BLOCKS = 64;
+const fixedLines = new FixedLines();
 
 function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, exchange: Exchange): void {
   // uWS writes 200 OK itself when no status is given.
