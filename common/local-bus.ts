@@ -13,11 +13,12 @@ export class LocalBus implements Bus {
     this.deadlines = new Deadlines(timeoutMs);
   }
 
-  /** Sets the command's `budgetMs`: a command is built for one send, so it is not copied first. */
+  /** A read the host answers at once from committed state; undefined for anything else. */
   read(cmd: Command): Result<unknown> | undefined {
     return this.host.read?.(cmd);
   }
 
+  /** Sets the command's `budgetMs`: a command is built for one send, so it is not copied first. */
   send(cmd: Command): Promise<Result<unknown>> {
     const answered = this.host.read?.(cmd);
     if (answered) return Promise.resolve(answered);

@@ -64,10 +64,13 @@ function joined(before: string | undefined, v: string): string {
 // Addresses are ASCII; TextDecoder reads uWS's ArrayBuffer without wrapping it in a Buffer first.
 const ascii = new TextDecoder();
 // Status lines as bytes: uWS takes a byte view as it is, where a string is measured and encoded.
+// TextEncoder's arrays have memory of their own; a short Buffer.from is a slice of a shared 8 KiB
+// pool block, which a kept slice would keep alive.
+const encoder = new TextEncoder();
 const statusLines = new Map<number, Uint8Array>();
 function statusLine(status: number): Uint8Array {
   let line = statusLines.get(status);
-  if (!line) statusLines.set(status, (line = Buffer.from(`${status} ${STATUS_CODES[status] ?? ''}`.trim(), 'latin1')));
+  if (!line) statusLines.set(status, (line = encoder.encode(`${status} ${STATUS_CODES[status] ?? ''}`.trim())));
   return line;
 }
 
@@ -242,10 +245,18 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // our answer is pending it drops the connection instead (both unanswered), and once the
     // answer is written it closes the socket at once.
     const refuse = (err: ApiError): void => {
+      exchange.watch();
       // Rendered by the gateway: charged to the caller, with the rate-limit fields.
       const response = opts.refuse(request, err);
-      exchange.watch();
       setImmediate(() => send(response, true));
+    };
+    // A throw while writing is a bug of ours: logged, and the connection closed, since how much of
+    // the answer went out is unknown. (uWS also ends the process when its callback returns with
+    // neither an answer nor onAborted.)
+    const writeFailed = (err: unknown): void => {
+      opts.log.error({ err }, 'writing a response failed');
+      exchange.watch();
+      if (!exchange.aborted) res.close();
     };
     const run = (): void => {
       let answered: GatewayResponse | Promise<GatewayResponse>;
@@ -260,11 +271,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         try {
           writeResponse(res, request.method, answered, false, !clientCloses, exchange);
         } catch (err) {
-          // As for a later write that throws; and uWS ends the process when its callback
-          // returns with neither an answer nor onAborted, so the connection is closed.
-          opts.log.error({ err }, 'writing a response failed');
-          exchange.watch();
-          res.close();
+          writeFailed(err);
         }
         return;
       }
@@ -275,8 +282,8 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
           // problemResponse logs it with its stack and answers a bare 500 with a trace id.
           send(problemResponse(err, traceIdOf(request.headers.traceparent), opts.log));
         })
-        // A throw while writing must not become an unhandled rejection: that ends the process.
-        .catch((err: unknown) => opts.log.error({ err }, 'writing a response failed'));
+        // Nor may it become an unhandled rejection: that ends the process.
+        .catch(writeFailed);
     };
 
     const refusal = refuseHead(headers, headBytes, lengths, codings, opts.maxBodyBytes);
@@ -375,8 +382,8 @@ interface FixedBlock {
 /**
  * Cache-Control, Vary, Content-Type, RateLimit-Policy and Keep-Alive: values taken from the
  * routes, the negotiated media type and the limiter's policy, so only a few combinations occur.
- * Each is encoded once and looked up by its values; at most MAX_FIXED_BLOCKS are kept (the oldest
- * goes), so a combination never seen before costs an encoding, never memory.
+ * Each is encoded once and looked up by its values; at most MAX_FIXED_BLOCKS are kept (the first
+ * kept goes first), so a combination never seen before costs an encoding and a bounded slot.
  */
 export class FixedLines {
   private readonly blocks: FixedBlock[] = [];
@@ -405,8 +412,8 @@ export class FixedLines {
       contentType,
       policy,
       keepAlive,
-      name: Buffer.from(name),
-      rest: Buffer.from(firstValue + others.map(([n, v]) => `\r\n${n}: ${v}`).join('')),
+      name: encoder.encode(name),
+      rest: encoder.encode(firstValue + others.map(([n, v]) => `\r\n${n}: ${v}`).join('')),
     };
     if (this.blocks.length >= MAX_FIXED_BLOCKS) this.blocks.shift();
     this.blocks.push(block);
