@@ -258,13 +258,15 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       exchange.watch();
       if (!exchange.aborted) res.close();
     };
+    // handle() renders its own errors; reaching here is a bug in the pipeline itself.
+    // problemResponse logs it with its stack and answers a bare 500 with a trace id.
+    const pipelineFailed = (err: unknown): GatewayResponse => problemResponse(err, traceIdOf(request.headers.traceparent), opts.log);
     const run = (): void => {
       let answered: GatewayResponse | Promise<GatewayResponse>;
       try {
         answered = handle(request);
       } catch (err) {
-        // handle() renders its own errors; reaching here is a bug in the pipeline itself.
-        answered = problemResponse(err, traceIdOf(request.headers.traceparent), opts.log);
+        answered = pipelineFailed(err);
       }
       if (!(answered instanceof Promise)) {
         // Still inside uWS's callback (the request's, or the body's last chunk's).
@@ -277,11 +279,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       }
       exchange.watch();
       answered
-        .then(send, (err: unknown) => {
-          // handle() renders its own errors; reaching here is a bug in the pipeline itself.
-          // problemResponse logs it with its stack and answers a bare 500 with a trace id.
-          send(problemResponse(err, traceIdOf(request.headers.traceparent), opts.log));
-        })
+        .then(send, (err: unknown) => send(pipelineFailed(err)))
         // Nor may it become an unhandled rejection: that ends the process.
         .catch(writeFailed);
     };
@@ -337,7 +335,7 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, ke
   let contentType: string | undefined;
   let policy: string | undefined;
   for (const k in headers) {
-    let v = headers[k]!;
+    const v = headers[k]!;
     switch (k) {
       case 'cache-control':
         cacheControl = v;
@@ -352,13 +350,11 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, ke
         policy = v;
         continue;
     }
-    // Two indexOf scans cost less than half a regular expression test on these short values.
-    if (v.indexOf('\r') !== -1 || v.indexOf('\n') !== -1) v = v.replace(CR_OR_LF_ALL, ' ');
     if (first === undefined) {
       first = k;
-      value = v;
+      value = oneLine(v);
     } else {
-      value += `\r\n${k}: ${v}`;
+      value += `\r\n${k}: ${oneLine(v)}`;
     }
   }
   if (first !== undefined) res.writeHeader(first, value);
@@ -367,6 +363,12 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, ke
 }
 
 const CR_OR_LF_ALL = /[\r\n]/g;
+
+/** The value with any CR or LF turned to a space. */
+function oneLine(v: string): string {
+  // Two indexOf scans cost less than half a regular expression test on these short values.
+  return v.indexOf('\r') !== -1 || v.indexOf('\n') !== -1 ? v.replace(CR_OR_LF_ALL, ' ') : v;
+}
 
 interface FixedBlock {
   cacheControl: string | undefined;
@@ -403,18 +405,16 @@ export class FixedLines {
       ['ratelimit-policy', policy],
       ['keep-alive', keepAlive ? KEEP_ALIVE : undefined],
     ];
-    const present = lines.filter((l): l is [string, string] => l[1] !== undefined).map(([n, v]) => [n, v.replace(CR_OR_LF_ALL, ' ')] as const);
-    if (present.length === 0) return undefined;
-    const [[name, firstValue], ...others] = present as [readonly [string, string], ...(readonly [string, string])[]];
-    const block: FixedBlock = {
-      cacheControl,
-      vary,
-      contentType,
-      policy,
-      keepAlive,
-      name: encoder.encode(name),
-      rest: encoder.encode(firstValue + others.map(([n, v]) => `\r\n${n}: ${v}`).join('')),
-    };
+    let name: string | undefined;
+    let rest = '';
+    for (const [n, v] of lines) {
+      if (v === undefined) continue;
+      if (name === undefined) name = n;
+      else rest += `\r\n${n}: `;
+      rest += oneLine(v);
+    }
+    if (name === undefined) return undefined;
+    const block: FixedBlock = { cacheControl, vary, contentType, policy, keepAlive, name: encoder.encode(name), rest: encoder.encode(rest) };
     if (this.blocks.length >= MAX_FIXED_BLOCKS) this.blocks.shift();
     this.blocks.push(block);
     return block;

@@ -146,9 +146,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         now = route.read !== undefined && deps.bus.readsNow ? route.read(ctx) : undefined;
         if (now === undefined) return handled(ctx, route, p);
       }
-      const rendered = render(now, ctx, p.traceId);
-      if (rendered instanceof Promise) return rendered.then((res) => finish(res, p), (err: unknown) => failed(err, p));
-      return finish(rendered, p);
+      return rendered(now, ctx, p);
     } catch (err) {
       return failed(err, p);
     }
@@ -166,8 +164,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
         if (peeked.replayed) {
           replays.set(tenant, idempotencyKey, req, peeked);
-          const rendered = render(replayed(ctx, route, p, peeked), ctx, p.traceId);
-          return finish(rendered instanceof Promise ? await rendered : rendered, p);
+          return await rendered(replayed(ctx, route, p, peeked), ctx, p);
         }
         if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
       }
@@ -189,11 +186,16 @@ export function createGateway(deps: GatewayDeps): Gateway {
   /** The route's handler, its query and body parsed. */
   async function handled(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
     try {
-      const rendered = render(await route.handle(ctx), ctx, p.traceId);
-      return finish(rendered instanceof Promise ? await rendered : rendered, p);
+      return await rendered(await route.handle(ctx), ctx, p);
     } catch (err) {
       return failed(err, p);
     }
+  }
+
+  /** The outcome rendered and finished: at once, unless a large body is compressed off the loop. */
+  function rendered(outcome: Outcome, ctx: Ctx, p: Pending): GatewayResponse | Promise<GatewayResponse> {
+    const res = render(outcome, ctx, p.traceId);
+    return res instanceof Promise ? res.then((r) => finish(r, p), (err: unknown) => failed(err, p)) : finish(res, p);
   }
 
   function failed(err: unknown, p: Pending): GatewayResponse {
