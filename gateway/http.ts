@@ -350,16 +350,33 @@ function writeHeaders(res: uWS.HttpResponse, headers: Record<string, string>, ke
         policy = v;
         continue;
     }
+    const line = selfFormatted(k) ? v : oneLine(v);
     if (first === undefined) {
       first = k;
-      value = oneLine(v);
+      value = line;
     } else {
-      value += `\r\n${k}: ${oneLine(v)}`;
+      value += `\r\n${k}: ${line}`;
     }
   }
   if (first !== undefined) res.writeHeader(first, value);
   const fixed = fixedLines.get(cacheControl, vary, contentType, policy, keepAlive);
   if (fixed) res.writeHeader(fixed.name, fixed.rest);
+}
+
+/**
+ * The fields every answer carries whose values the gateway formats itself from digits, hex and
+ * base64url alone (traceIdOf, the tags of representation.ts, RateLimiter.charge), so they cannot
+ * hold a CR or LF; test/header-values.test.ts pins those alphabets. Checking them anyway cost a
+ * GET 1.35k of its 37k instructions (the scans, and flattening each value a second time).
+ */
+function selfFormatted(name: string): boolean {
+  switch (name) {
+    case 'trace-id':
+    case 'etag':
+    case 'ratelimit':
+      return true;
+  }
+  return false;
 }
 
 const CR_OR_LF_ALL = /[\r\n]/g;

@@ -1,0 +1,57 @@
+// The answer fields the uWS edge writes without its CR/LF check (gateway/http.ts,
+// selfFormatted): Trace-Id, ETag and RateLimit. Their producers must never put anything but
+// digits, hex, base64url and the draft's punctuation in them, whatever the request held.
+
+import test from 'ava';
+import fc from 'fast-check';
+import { traceIdOf } from '../gateway/pipeline.js';
+import { RateLimiter } from '../gateway/rate-limit.js';
+import { contentTag, fingerprintTag, versionTag } from '../gateway/representation.js';
+import { ApiError } from '../common/errors.js';
+
+const TAG = /^"(?:[0-9]+-[A-Za-z0-9_-]{10}|[cf]-[A-Za-z0-9_-]{16})"$/;
+const MEDIA = fc.oneof(fc.constantFrom('application/json', 'application/hal+json', 'text/html'), fc.string());
+const CODING = fc.constantFrom('br' as const, 'gzip' as const, 'identity' as const);
+
+test('a trace id is 32 hex digits, whatever traceparent the client sent', (t) => {
+  fc.assert(
+    fc.property(fc.option(fc.oneof(fc.string(), fc.stringMatching(/^[0-9a-f]{2}-[0-9a-f\r\n]{32}-[0-9a-f]{16}-[0-9a-f]{2}\r?\n?$/))), (traceparent) => {
+      t.regex(traceIdOf(traceparent ?? undefined), /^[0-9a-f]{32}$/);
+    }),
+  );
+  // A valid traceparent's own trace id is kept (W3C Trace Context), and only then.
+  t.is(traceIdOf(`00-${'ab'.repeat(16)}-${'cd'.repeat(8)}-01`), 'ab'.repeat(16));
+});
+
+test('entity tags hold digits and base64url alone, whatever the variant, media type or body', (t) => {
+  fc.assert(
+    fc.property(fc.nat(), fc.string(), MEDIA, CODING, (version, variant, media, coding) => {
+      t.regex(versionTag(version, variant, media, coding), TAG);
+      t.regex(fingerprintTag(variant, media, coding), TAG);
+      t.regex(contentTag(variant, media, coding), TAG);
+      t.regex(contentTag(Buffer.from(variant), media, coding), TAG);
+    }),
+  );
+});
+
+test('RateLimit is the draft\'s "default";r=<n>;t=<n>, refused or not', (t) => {
+  fc.assert(
+    fc.property(fc.double({ min: 0.001, max: 1e6, noNaN: true }), fc.integer({ min: 1, max: 1e6 }), fc.array(fc.nat({ max: 5000 }), { maxLength: 20 }), (perSecond, burst, gaps) => {
+      let clock = 0;
+      const limiter = new RateLimiter({ perSecond, burst, now: () => clock });
+      try {
+        for (const gap of gaps) {
+          clock += gap;
+          try {
+            t.regex(limiter.charge('k'), /^"default";r=[0-9]+;t=[0-9]+$/);
+          } catch (err) {
+            if (!(err instanceof ApiError)) throw err;
+            t.regex(err.extra.headers?.ratelimit ?? '', /^"default";r=0;t=[0-9]+$/);
+          }
+        }
+      } finally {
+        limiter.close();
+      }
+    }),
+  );
+});
