@@ -129,9 +129,10 @@ async function freePort(): Promise<number> {
 
 /**
  * Cluster mode: nats-server on a random port, one actor node, one gateway. The order of the
- * returned procs is gateway, actor node, nats-server.
+ * returned procs is gateway, actor node, nats-server. `gateway` runs the gateway alone under a
+ * wrapper or with node options of its own (ServiceOptions), e.g. to count its instructions.
  */
-export async function startCluster(token: string): Promise<Subject> {
+export async function startCluster(token: string, gateway: Pick<ServiceOptions, 'wrap' | 'nodeArgs' | 'readyTimeoutMs'> = {}): Promise<Subject> {
   const dir = mkdtempSync(join(tmpdir(), 'bench-cluster-'));
   const started: Proc[] = [];
   const stopAll = async (): Promise<void> => {
@@ -159,18 +160,19 @@ export async function startCluster(token: string): Promise<Subject> {
       readyOptional: true,
     });
     started.push(actor);
-    const gateway = await startProcess({
+    const gw = await startProcess({
       name: 'gateway',
       cwd: projectRoot,
-      ...serviceCommand(serviceGatewayMain, serviceEnv(join(dir, 'gw'), { NATS_URL: natsUrl })),
+      readyTimeoutMs: gateway.readyTimeoutMs,
+      ...serviceCommand(serviceGatewayMain, serviceEnv(join(dir, 'gw'), { NATS_URL: natsUrl }), gateway.wrap, gateway.nodeArgs),
     });
-    started.push(gateway);
+    started.push(gw);
     // Ready means a write goes all the way to the actor node and back.
-    const deadline = Date.now() + 30_000;
+    const deadline = Date.now() + (gateway.readyTimeoutMs ?? 30_000);
     let last = '';
     for (;;) {
       try {
-        const r = await call(`${gateway.url}/v1/orders`, {
+        const r = await call(`${gw.url}/v1/orders`, {
           method: 'POST',
           headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
           body: '{"currency":"EUR","items":[]}',
@@ -184,7 +186,7 @@ export async function startCluster(token: string): Promise<Subject> {
       if (Date.now() > deadline) throw new Error(`cluster never created an order; last answer: ${last}`);
       await sleep(250);
     }
-    return { kind: 'service-cluster', url: gateway.url, procs: [gateway, actor, nats], dataDir: dir, stop: stopAll };
+    return { kind: 'service-cluster', url: gw.url, procs: [gw, actor, nats], dataDir: dir, stop: stopAll };
   } catch (err) {
     const tails = started.map((p) => `  ${p.name}:\n${p.tail()}`).join('\n');
     await stopAll();
