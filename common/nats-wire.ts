@@ -19,9 +19,15 @@ export const RECONNECT_WAIT_MS = 1000;
 /** A node id becomes a subject token, so no dots, wildcards or spaces. */
 export const isNodeId = (s: unknown): s is string => typeof s === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(s);
 
-// Records (msgpackr's default) share structure definitions between pack calls of ONE Packr;
-// gateway and nodes are independent processes, so every message must decode on its own.
-export const packr = new Packr({ useRecords: false });
+// Records (msgpackr's default): each message carries the definition of every object shape it
+// holds, once, and its objects as values alone, so every message decodes on its own (gateway and
+// nodes share no state) and a reply of sixteen orders names their members once, not sixteen
+// times. Read as maps, each member name was a fresh string V8 looked up in its string table and
+// stored through a megamorphic keyed store: 110k instructions per cluster GET at the gateway,
+// against 99k with records. Either side reads both encodings, so nodes and gateways of the
+// release before (which wrote maps) still understand each other: maps still decode as objects,
+// which msgpackr does by default only without records.
+export const packr = new Packr({ mapsAsObjects: true });
 
 /**
  * Request envelope, version 1: one message carries a batch of commands (coalesced per owner
