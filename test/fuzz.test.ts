@@ -359,7 +359,7 @@ function nearValidArb(f: Fixtures, kind: BodyKind | undefined): fc.Arbitrary<str
     product: [{ name: 'Thing', price: 10, currency: 'EUR' }, { price: 0 }],
   };
   const base = kind ? fc.constantFrom(...bases[kind]) : fc.constantFrom(...Object.values(bases).flat(), { ids: [f.productIds[0]] }, { atomic: true, operations: [{ method: 'POST', body: { currency: 'EUR' } }] });
-  const paths = ['currency', 'note', 'customerId', 'metadata', 'items', 'productId', 'quantity', 'unitPrice', 'name', 'price', 'status', 'total', 'id', '_links', '__proto__', 'constructor', 'metadata.__proto__', 'metadata.k', 'metadata.constructor', 'items.0', 'items.0.quantity', 'items.0.productId', 'items.0.unitPrice', 'items.1'];
+  const paths = ['currency', 'note', 'customerId', 'metadata', 'items', 'productId', 'quantity', 'unitPrice', 'name', 'price', 'status', 'total', 'id', '_links', '__proto__', 'constructor', 'metadata.__proto__', 'metadata.k', 'metadata.constructor', 'metadata.__keys__', 'items.0', 'items.0.quantity', 'items.0.productId', 'items.0.unitPrice', 'items.1'];
   const mutation = fc.tuple(fc.constantFrom(...paths), fc.option(fc.oneof(fc.jsonValue(), fc.constantFrom(...f.productIds), fc.integer()), { freq: 4, nil: undefined }));
   const mutations = fc.oneof(fc.constant([]), fc.array(mutation, { minLength: 1, maxLength: 3 }));
   return fc.tuple(base, mutations).map(([b, ms]) => {

@@ -154,6 +154,28 @@ test('__proto__ and constructor.prototype members are 400 wherever they stand, a
   t.is((Object.prototype as Record<string, unknown>).x, undefined, 'no prototype was touched');
 });
 
+test('a metadata key starting with __ (msgpackr keeps __keys__ for itself) is 422 wherever it stands; writes and reads go on', async (t) => {
+  const tok = await tenantToken('reserved-keys');
+  const order = await create(t, tok, '/v1/orders', { currency: 'EUR', metadata: {} });
+  const before = await current(t, tok, order.path);
+  const pointers = (a: Asked): string[] => [...new Set(assertProblem(t, a, 422, 'validation-failed').errors?.map((e) => e.pointer ?? ''))];
+  for (const key of ['__keys__', '__x']) {
+    const metadata = { [key]: 'x', length: 'y' };
+    t.deepEqual(pointers(await ask(t, request('POST', '/v1/orders', tok, { currency: 'EUR', metadata }))), [`/metadata/${key}`], `POST ${key}`);
+    t.deepEqual(pointers(await ask(t, request('PUT', order.path, tok, { currency: 'EUR', metadata }))), [`/metadata/${key}`], `PUT ${key}`);
+    t.deepEqual(pointers(await ask(t, request('PATCH', order.path, tok, { metadata }, { 'Content-Type': 'application/merge-patch+json' }))), [`/metadata/${key}`], `PATCH ${key}`);
+    const batch = await ask(t, request('POST', '/v1/orders/batch', tok, { atomic: true, operations: [{ method: 'POST', body: { currency: 'EUR', metadata } }] }));
+    t.deepEqual(pointers(batch), [`/operations/0/body/metadata/${key}`], `batch ${key}`);
+  }
+  // One underscore, or two inside a key, are ordinary.
+  await create(t, tok, '/v1/orders', { currency: 'EUR', metadata: { _a: '1', 'a__b': '2', length: '3' } });
+  t.deepEqual(await current(t, tok, order.path), before, 'the order is unchanged');
+  // Every write and read after them still works.
+  const after = await create(t, tok, '/v1/orders', { currency: 'EUR', metadata: {} });
+  t.is((await listIds(t, tok)).length, 3);
+  t.is((await current(t, tok, after.path)).etag, after.etag);
+});
+
 // ---- nesting ----
 
 test(`nesting deeper than ${MAX_JSON_DEPTH} is 400 before parsing; brackets inside strings do not count`, async (t) => {

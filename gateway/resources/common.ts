@@ -46,15 +46,19 @@ export const UNICODE_TEXT = '^[^\\uD800-\\uDFFF]*$';
 
 export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$', description: 'ISO 4217 code.' };
 
-// Member names that would reach Object.prototype if merged naively are refused outright.
-const metadataKey: JsonSchema = { pattern: '^[A-Za-z0-9_.-]{1,40}$', not: { enum: ['__proto__', 'constructor', 'prototype'] } };
+// Member names that would reach Object.prototype if merged naively are refused outright, and so
+// is any name that starts with two underscores: msgpackr, which encodes every stored record and
+// every bus message, keeps its own bookkeeping under `__keys__` in the tree of member names it
+// builds, and one order holding that name made every later write and read of the store fail
+// (test/hostile.test.ts). Metadata is the only object whose member names clients choose.
+const metadataKey: JsonSchema = { pattern: '^(?!__)[A-Za-z0-9_.-]{1,40}$', not: { enum: ['__proto__', 'constructor', 'prototype'] } };
 
 export const metadataSchema: JsonSchema = {
   type: 'object',
   maxProperties: 50,
   propertyNames: metadataKey,
   additionalProperties: { type: 'string', maxLength: 500, pattern: UNICODE_TEXT },
-  description: 'Up to 50 string values under keys of letters, digits, _ . -',
+  description: 'Up to 50 string values under keys of letters, digits, _ . - (not starting with __)',
 };
 
 /** Merge patch of metadata: null clears it, a null value removes one key (RFC 7396). */
