@@ -168,7 +168,7 @@ export async function startCluster(token: string, gateway: Pick<ServiceOptions, 
     });
     started.push(gw);
     // Ready means a write goes all the way to the actor node and back.
-    const deadline = Date.now() + (gateway.readyTimeoutMs ?? 30_000);
+    const deadline = Date.now() + Math.max(30_000, gateway.readyTimeoutMs ?? 0);
     let last = '';
     for (;;) {
       try {
