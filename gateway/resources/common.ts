@@ -49,7 +49,7 @@ export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$
 // Member names that would reach Object.prototype if merged naively are refused outright, and so
 // is any name that starts with two underscores: msgpackr, which encodes every stored record and
 // every bus message, keeps its own bookkeeping under `__keys__` in the tree of member names it
-// builds, and one order holding that name made every later write and read of the store fail
+// builds, and one order holding that name made later writes and reads of the store fail
 // (test/hostile.test.ts). Metadata is the only object whose member names clients choose.
 const metadataKey: JsonSchema = { pattern: '^(?!__)[A-Za-z0-9_.-]{1,40}$', not: { enum: ['__proto__', 'constructor', 'prototype'] } };
 
