@@ -24,7 +24,8 @@ import {
   type Announcement,
   type WireRequest,
 } from './nats-wire.js';
-import { MAX_REPLY_BYTES, type Command, type Query, type Result } from '../proto/messages.js';
+import { MAX_REPLY_BYTES, SHARED_READS, type Command, type Query, type Result } from '../proto/messages.js';
+import { deepFreeze } from './freeze.js';
 
 /** A list page of 101 large orders fits in 8 MiB; the server default of 1 MiB may not. */
 const RECOMMENDED_MAX_PAYLOAD = 8 * 1024 * 1024;
@@ -77,7 +78,18 @@ interface Pending {
   cmd: Command;
   resolve: (r: Result<unknown>) => void;
   deadline: number;
+  /** Requests for the same shared read that joined this one before it left (NatsBus.send). */
+  joined: ((r: Result<unknown>) => void)[] | undefined;
 }
+
+/** The commands bound for one node this turn; its shared reads by id, once it has one. */
+interface Queue {
+  pending: Pending[];
+  reads: Map<string, Pending> | undefined;
+}
+
+/** A read that may share its answer (SHARED_READS); one that carries an Idempotency-Key stays alone. */
+const shareable = (cmd: Command): cmd is Extract<Command, { id: string }> => SHARED_READS.has(cmd.kind) && cmd.idem === undefined;
 
 /** A message on the wire waiting for its reply. */
 interface Awaiting {
@@ -97,7 +109,7 @@ interface Outstanding {
 }
 
 export class NatsBus implements Bus {
-  private readonly queues = new Map<string, Pending[]>();
+  private readonly queues = new Map<string, Queue>();
   private readonly exchanges = new Set<Promise<unknown>>();
   private flushScheduled = false;
   private inFlight = 0;
@@ -143,11 +155,24 @@ export class NatsBus implements Bus {
     this.inFlight++;
     return new Promise((resolve) => {
       let queue = this.queues.get(owner.subject);
-      if (!queue) this.queues.set(owner.subject, (queue = []));
-      queue.push({ cmd, resolve, deadline: Date.now() + this.opts.timeoutMs });
-      if (queue.length >= this.batchLimit()) {
+      if (!queue) this.queues.set(owner.subject, (queue = { pending: [], reads: undefined }));
+      const shared = shareable(cmd);
+      if (shared) {
+        // The same read already waiting to leave: both would be answered from the same committed
+        // state, in the same message, so this one takes that one's answer. Nothing acknowledged
+        // before this request arrived can be missing from it, as the message has not left yet.
+        const leader = queue.reads?.get(cmd.id);
+        if (leader !== undefined && leader.cmd.kind === cmd.kind && leader.cmd.tenant === cmd.tenant) {
+          (leader.joined ??= []).push(resolve);
+          return;
+        }
+      }
+      const pending: Pending = { cmd, resolve, deadline: Date.now() + this.opts.timeoutMs, joined: undefined };
+      queue.pending.push(pending);
+      if (shared && !queue.reads?.has(cmd.id)) (queue.reads ??= new Map()).set(cmd.id, pending);
+      if (queue.pending.length >= this.batchLimit()) {
         this.queues.delete(owner.subject);
-        this.dispatch(owner.subject, queue);
+        this.dispatch(owner.subject, queue.pending);
       } else if (!this.flushScheduled) {
         this.flushScheduled = true;
         // setImmediate, not a microtask: it runs after the I/O callbacks of this turn, so every
@@ -199,7 +224,7 @@ export class NatsBus implements Bus {
 
   private flush(): void {
     this.flushScheduled = false;
-    for (const [subject, batch] of this.queues) this.dispatch(subject, batch);
+    for (const [subject, queue] of this.queues) this.dispatch(subject, queue.pending);
     this.queues.clear();
   }
 
@@ -239,7 +264,15 @@ export class NatsBus implements Bus {
     x.settled[i] = true;
     x.left--;
     this.inFlight--;
-    x.batch[i]!.resolve(r);
+    const p = x.batch[i]!;
+    if (p.joined !== undefined) {
+      // Every reader holds the same answer, so none may change it: frozen, as the store's
+      // shared records are (and the renderer keeps the bytes of a frozen record).
+      deepFreeze(r);
+      this.inFlight -= p.joined.length;
+      for (const resolve of p.joined) resolve(r);
+    }
+    p.resolve(r);
     if (x.left === 0) {
       clearTimeout(x.timer);
       this.outstanding.delete(xid);

@@ -414,6 +414,25 @@ export type Kind = Command['kind'] | Query['kind'];
 /** Commands addressed to one record (not the batches, which name many, nor the peek). */
 export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'user.batchGet' | 'usage.add' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
+
+/**
+ * Reads of one record whose answer is decided by kind, tenant, id and the owner's committed state
+ * alone: each owner answers them at once, from committed state, without a turn (`isRead` of its
+ * actor). Two of them with the same kind, tenant and id that leave for the owner together get
+ * the same answer, so the cluster bus sends one and shares its result (common/nats-bus.ts).
+ */
+export const SHARED_READS: ReadonlySet<Command['kind']> = new Set<Command['kind']>([
+  'order.get',
+  'product.get',
+  'refund.get',
+  'operation.get',
+  'user.get',
+  'team.get',
+  'member.get',
+  'article.get',
+  'webhook.get',
+  'event.get',
+]);
 export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
 
 export function assertNever(x: never): never {

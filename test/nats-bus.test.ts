@@ -85,6 +85,34 @@ test('commands sent in one turn travel as one message per node, capped so each r
   t.is(nodes.low!.stats().commands, 50 + 600);
 });
 
+test('the same read sent several times in one turn travels once, and each sender gets the same frozen answer', async (t) => {
+  const { bus, nodes } = await cluster(t, { all: ALL });
+  const other = { ...get(3, 'ord_x'), tenant: 't2' };
+  const keyed = { ...get(3, 'ord_x'), idem: { key: 'k1', fingerprint: 'f' } };
+  const sent = [get(3, 'ord_x'), get(3, 'ord_x'), get(3, 'ord_y'), get(3, 'ord_x'), other, keyed, get(3, 'ord_x')];
+  const results = await Promise.all(sent.map((cmd) => bus.send(cmd)));
+  t.is(nodes.all!.stats().messages, 1);
+  // ord_x once for t1; ord_y; ord_x for another tenant; the read carrying an Idempotency-Key.
+  t.is(nodes.all!.stats().commands, 4);
+  const shared = [0, 1, 3, 6].map((i) => results[i]!);
+  t.deepEqual(valueOf(shared[0]), { node: 'all', id: 'ord_x', partition: 3 });
+  t.true(shared.every((r) => r === shared[0]), 'one answer, shared');
+  t.true(Object.isFrozen(shared[0]) && Object.isFrozen(valueOf(shared[0])), 'a shared answer cannot be changed by one of its readers');
+  t.deepEqual(valueOf(results[2]), { node: 'all', id: 'ord_y', partition: 3 });
+  t.false(Object.isFrozen(results[2]), 'an answer read once is left as decoded');
+
+  // Once the read has left, the next one is sent again: a request never takes an answer that
+  // was on its way before it arrived.
+  const again = await bus.send(get(3, 'ord_x'));
+  t.deepEqual(valueOf(again), { node: 'all', id: 'ord_x', partition: 3 });
+  t.is(nodes.all!.stats().commands, 5);
+
+  // Writes of one record are never shared.
+  const pay = (): Command => ({ kind: 'order.pay', tenant: 't1', partition: 3, id: 'ord_x', ifMatch: undefined });
+  await Promise.all([bus.send(pay()), bus.send(pay())]);
+  t.is(nodes.all!.stats().commands, 7);
+});
+
 test('every command of a message carries what is left of its deadline as budgetMs', async (t) => {
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());
