@@ -24,7 +24,7 @@ import {
   type Announcement,
   type WireRequest,
 } from './nats-wire.js';
-import { MAX_REPLY_BYTES, SHARED_READS, type Command, type Query, type Result } from '../proto/messages.js';
+import { MAX_REPLY_BYTES, SHARED_READS, type Command, type Query, type Result, type SharedReadKind } from '../proto/messages.js';
 import { deepFreeze } from './freeze.js';
 
 /** A list page of 101 large orders fits in 8 MiB; the server default of 1 MiB may not. */
@@ -82,14 +82,23 @@ interface Pending {
   joined: ((r: Result<unknown>) => void)[] | undefined;
 }
 
-/** The commands bound for one node this turn; its shared reads by id, once it has one. */
+/**
+ * The commands bound for one node this turn, and its shared reads: by id, the key that nearly
+ * always tells them apart (and costs no key to build); by kind, tenant and id for a read of an
+ * id another tenant or kind read first.
+ */
 interface Queue {
   pending: Pending[];
   reads: Map<string, Pending> | undefined;
 }
 
+type SharedRead = Extract<Command, { kind: SharedReadKind }>;
+
 /** A read that may share its answer (SHARED_READS); one that carries an Idempotency-Key stays alone. */
-const shareable = (cmd: Command): cmd is Extract<Command, { id: string }> => SHARED_READS.has(cmd.kind) && cmd.idem === undefined;
+const shareable = (cmd: Command): cmd is SharedRead => SHARED_READS.has(cmd.kind as SharedReadKind) && cmd.idem === undefined;
+
+const sameRead = (a: Command, b: SharedRead): boolean => a.kind === b.kind && a.tenant === b.tenant;
+const fullKey = (cmd: SharedRead): string => `${cmd.kind}\n${cmd.tenant}\n${cmd.id}`;
 
 /** A message on the wire waiting for its reply. */
 interface Awaiting {
@@ -156,20 +165,22 @@ export class NatsBus implements Bus {
     return new Promise((resolve) => {
       let queue = this.queues.get(owner.subject);
       if (!queue) this.queues.set(owner.subject, (queue = { pending: [], reads: undefined }));
-      const shared = shareable(cmd);
-      if (shared) {
-        // The same read already waiting to leave: both would be answered from the same committed
-        // state, in the same message, so this one takes that one's answer. Nothing acknowledged
-        // before this request arrived can be missing from it, as the message has not left yet.
-        const leader = queue.reads?.get(cmd.id);
-        if (leader !== undefined && leader.cmd.kind === cmd.kind && leader.cmd.tenant === cmd.tenant) {
+      // The same read already waiting to leave: both would be answered from the same committed
+      // state, in the same message, so this one takes that one's answer. Nothing acknowledged
+      // before this request arrived can be missing from it, as the message has not left yet.
+      let key: string | undefined;
+      if (shareable(cmd)) {
+        key = cmd.id;
+        let leader = queue.reads?.get(key);
+        if (leader !== undefined && !sameRead(leader.cmd, cmd)) leader = queue.reads!.get((key = fullKey(cmd)));
+        if (leader !== undefined) {
           (leader.joined ??= []).push(resolve);
           return;
         }
       }
       const pending: Pending = { cmd, resolve, deadline: Date.now() + this.opts.timeoutMs, joined: undefined };
       queue.pending.push(pending);
-      if (shared && !queue.reads?.has(cmd.id)) (queue.reads ??= new Map()).set(cmd.id, pending);
+      if (key !== undefined) (queue.reads ??= new Map()).set(key, pending);
       if (queue.pending.length >= this.batchLimit()) {
         this.queues.delete(owner.subject);
         this.dispatch(owner.subject, queue.pending);

@@ -421,7 +421,7 @@ export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>
  * actor). Two of them with the same kind, tenant and id that leave for the owner together get
  * the same answer, so the cluster bus sends one and shares its result (common/nats-bus.ts).
  */
-export const SHARED_READS: ReadonlySet<Command['kind']> = new Set<Command['kind']>([
+const SHARED_READ_KINDS = [
   'order.get',
   'product.get',
   'refund.get',
@@ -432,7 +432,9 @@ export const SHARED_READS: ReadonlySet<Command['kind']> = new Set<Command['kind'
   'article.get',
   'webhook.get',
   'event.get',
-]);
+] as const satisfies readonly Extract<Command, { id: string }>['kind'][];
+export type SharedReadKind = (typeof SHARED_READ_KINDS)[number];
+export const SHARED_READS: ReadonlySet<SharedReadKind> = new Set(SHARED_READ_KINDS);
 export type QueryOf<K extends Query['kind']> = Extract<Query, { kind: K }>;
 
 export function assertNever(x: never): never {

@@ -107,10 +107,60 @@ test('the same read sent several times in one turn travels once, and each sender
   t.deepEqual(valueOf(again), { node: 'all', id: 'ord_x', partition: 3 });
   t.is(nodes.all!.stats().commands, 5);
 
+  // A read of an id that another tenant read first in the turn is still shared among its own.
+  const before = nodes.all!.stats().commands;
+  const mixed = await Promise.all([other, get(3, 'ord_x'), get(3, 'ord_x'), other].map((cmd) => bus.send({ ...cmd })));
+  t.is(nodes.all!.stats().commands, before + 2);
+  t.is(mixed[1], mixed[2]);
+  t.is(mixed[0], mixed[3]);
+
   // Writes of one record are never shared.
   const pay = (): Command => ({ kind: 'order.pay', tenant: 't1', partition: 3, id: 'ord_x', ifMatch: undefined });
   await Promise.all([bus.send(pay()), bus.send(pay())]);
-  t.is(nodes.all!.stats().commands, 7);
+  t.is(nodes.all!.stats().commands, 9);
+});
+
+test('a read never joins one already on its way: not once its message has left, nor once its batch filled and left', async (t) => {
+  const { bus, open, node } = await gatedCluster(t, 5000);
+  // The first read is held by the node, so its message is on the wire when the second is sent.
+  const first = bus.send(get(3, 'slow'));
+  await new Promise((resolve) => setImmediate(resolve));
+  const second = bus.send(get(3, 'slow'));
+  open();
+  const [a, b] = await Promise.all([first, second]);
+  t.deepEqual(valueOf(a), { id: 'slow' });
+  t.not(a, b, 'two answers');
+  t.is(node.stats().commands, 2);
+
+  // A full batch leaves at once, in the turn: a read sent after it starts the next batch.
+  const cap = Math.floor((1024 * 1024) / MAX_REPLY_BYTES);
+  const filling = Array.from({ length: cap - 1 }, (_, i) => bus.send(get(3, `fill_${i}`)));
+  const last = bus.send(get(3, 'shared'));
+  const next = bus.send(get(3, 'shared'));
+  await Promise.all(filling);
+  t.not(await last, await next, 'the read after the full batch travelled on its own');
+  t.is(node.stats().commands, 2 + cap + 1);
+  t.is(node.stats().messages, 2 + 2);
+});
+
+test('readers sharing an answer that comes late, or not in time, all get it, and each leaves the in-flight count', async (t) => {
+  const late = await gatedCluster(t, 5000, 4);
+  const slow = [1, 2, 3].map(() => late.bus.send(get(3, 'slow')));
+  t.true((await late.bus.send(get(3, 'fast'))).ok);
+  late.open();
+  const answers = await Promise.all(slow);
+  t.deepEqual(valueOf(answers[0]), { id: 'slow' });
+  t.true(answers.every((r) => r === answers[0]));
+  // Four may be in flight: a leak of the three would refuse these.
+  const after = await Promise.all([1, 2, 3, 4].map((i) => late.bus.send(get(3, `after_${i}`))));
+  t.true(after.every((r) => r.ok), JSON.stringify(after.filter((r) => !r.ok)));
+
+  const timed = await gatedCluster(t, 300, 4);
+  const waiting = await Promise.all([1, 2, 3, 4].map(() => timed.bus.send(get(3, 'slow'))));
+  t.true(waiting.every((r) => !r.ok && r.error.code === 'unavailable'));
+  timed.open();
+  const again = await Promise.all([1, 2, 3, 4].map((i) => timed.bus.send(get(3, `again_${i}`))));
+  t.true(again.every((r) => r.ok), JSON.stringify(again.filter((r) => !r.ok)));
 });
 
 test('every command of a message carries what is left of its deadline as budgetMs', async (t) => {
@@ -174,14 +224,14 @@ function gatedEndpoint(): { endpoint: ActorEndpoint; open: () => void } {
   return { endpoint, open };
 }
 
-async function gatedCluster(t: ExecutionContext, timeoutMs: number): Promise<{ bus: NatsBus; open: () => void; node: ActorServer }> {
+async function gatedCluster(t: ExecutionContext, timeoutMs: number, maxInFlight?: number): Promise<{ bus: NatsBus; open: () => void; node: ActorServer }> {
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());
   const { endpoint, open } = gatedEndpoint();
   t.teardown(open);
   const node = await serveActorsOverNats(nats.url, endpoint, { nodeId: 'gated', partitions: ALL });
   t.teardown(() => node.close());
-  const bus = await connectNatsBus(nats.url, { timeoutMs });
+  const bus = await connectNatsBus(nats.url, { timeoutMs, maxInFlight });
   t.teardown(() => bus.close());
   t.true(await bus.waitForOwners(ALL, 5000));
   return { bus, open, node };
