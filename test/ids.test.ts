@@ -37,3 +37,31 @@ test('a pair lands where the two joined by NUL land, so keyed creates keep their
   t.is(partitionForPair('tenant_acme', 'b3f1c2a4-0d9e-4f51-9a3c-2e7d1f0b8c6a'), 111);
   t.is(partitionForPair('bench', 'instructions-7'), 194);
 });
+
+test('parseId takes exactly the prefix, 9 base-36 digits, 2 lowercase hex digits and 11 base-36 digits', (t) => {
+  const shape = /^ord_[0-9a-z]{9}[0-9a-f]{2}[0-9a-z]{11}$/;
+  const good = newId('order', 0xa7);
+  t.is(parseId('order', good), good);
+  t.is<string | undefined, string>(parseId('order', 'ord_0mwvrfbyq646b4bi76mh4b'), 'ord_0mwvrfbyq646b4bi76mh4b');
+  // Every character of every part, one at a time, swapped for characters around its alphabet.
+  const odd = ['/', ':', '`', '{', 'g', 'z', 'A', 'F', 'G', 'Z', '_', '-', '%', ' ', 'é', '\u0000'];
+  let refused = 0;
+  for (let i = 0; i < good.length; i++) {
+    for (const c of odd) {
+      const id = good.slice(0, i) + c + good.slice(i + 1);
+      t.is(parseId('order', id) !== undefined, shape.test(id), id);
+      if (!shape.test(id)) refused++;
+    }
+  }
+  t.true(refused > 300);
+  // The hex pair takes a-f only; the parts around it take g-z too.
+  t.is(parseId('order', `${good.slice(0, 13)}g${good.slice(14)}`), undefined);
+  t.truthy(parseId('order', `${good.slice(0, 12)}z${good.slice(13)}`));
+  t.truthy(parseId('order', `${good.slice(0, 15)}z${good.slice(16)}`));
+  for (const id of ['', 'ord_', good.slice(0, -1), `${good}0`, `prd_${good.slice(4)}`, `ORD_${good.slice(4)}`, `${good.slice(0, 4)}${good.slice(4).toUpperCase()}`]) {
+    t.is(parseId('order', id), undefined, id);
+  }
+  t.is<string | undefined, string>(parseId('product', `prd_${good.slice(4)}`), `prd_${good.slice(4)}`);
+  t.is<string | undefined, string>(parseId('team', `team_${good.slice(4)}`), `team_${good.slice(4)}`);
+  t.is(parseId('team', `tea_${good.slice(4)}`), undefined);
+});
