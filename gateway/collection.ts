@@ -86,6 +86,7 @@ export function parseFields(query: URLSearchParams, allowed: readonly string[]):
 
 export function parseExpand(query: URLSearchParams, allowed: readonly string[]): Set<string> {
   const set = parseList(query, 'expand', allowed, 'expansion');
+  if (set.size === 0) return set;
   // Expanding a nested path implies its parent (items.product needs items).
   for (const p of [...set]) {
     const parent = p.split('.').slice(0, -1).join('.');
@@ -96,6 +97,8 @@ export function parseExpand(query: URLSearchParams, allowed: readonly string[]):
 
 /** The variant string that, with the version, makes a strong per-representation ETag. */
 export function variantOf(fields: Set<string> | undefined, expand: Set<string>, extra = ''): string {
+  // The usual read asks for neither: no copies, sorts or joins of empty sets.
+  if (fields === undefined && expand.size === 0) return `f=*;e=;${extra}`;
   return `f=${fields ? [...fields].sort().join(',') : '*'};e=${[...expand].sort().join(',')};${extra}`;
 }
 

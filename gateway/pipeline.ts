@@ -20,7 +20,7 @@ import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
-import { cachedRendering, cachedRenderingBytes, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
+import { cachedRendering, cachedRenderingBytes, contentTag, keptBytes, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, MAX_REPORTED_ERRORS, validateBody } from './validate.js';
@@ -441,12 +441,15 @@ function serialize(outcome: Outcome, version: ApiVersion, api: string): string |
   const shape = version === 'v1' || outcome.versioned ? (v: unknown) => v : (v: unknown) => relink(v, version);
   if (outcome.cacheKey && outcome.tag && typeof outcome.tag === 'object' && 'version' in outcome.tag) {
     const { cacheKey, record } = outcome;
-    const render = (): unknown => shape(outcome.render?.() ?? outcome.body);
+    const variant = outcome.tag.variant + api;
     // A record the store shares keeps its rendering's UTF-8 bytes: sent as they are, where text
     // would be measured and encoded again on every answer (once here, once more by uWS).
+    const kept = record !== undefined ? keptBytes(record, variant) : undefined;
+    if (kept !== undefined) return kept;
+    const render = (): unknown => shape(outcome.render?.() ?? outcome.body);
     return record !== undefined && Object.isFrozen(record)
-      ? cachedRenderingBytes(cacheKey, outcome.tag.version, outcome.tag.variant + api, render, record)
-      : cachedRendering(cacheKey, outcome.tag.version, outcome.tag.variant + api, render, record);
+      ? cachedRenderingBytes(cacheKey, outcome.tag.version, variant, render, record)
+      : cachedRendering(cacheKey, outcome.tag.version, variant, render, record);
   }
   return JSON.stringify(shape(outcome.render ? outcome.render() : outcome.body));
 }

@@ -134,7 +134,8 @@ export class Table<T> {
       if (found === undefined && !this.changing.has(id)) this.missing.set(id, true);
       return found;
     }
-    if (this.changing.has(id)) return deepFreeze(this.db.get(id));
+    // Size first: with no write under way (most reads) the id is looked up once, not twice.
+    if (this.changing.size !== 0 && this.changing.has(id)) return deepFreeze(this.db.get(id));
     const hit = this.cache.get(id);
     if (hit !== undefined) return hit;
     const record = this.db.get(id);
