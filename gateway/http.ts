@@ -254,9 +254,13 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // the answer went out is unknown. (uWS also ends the process when its callback returns with
     // neither an answer nor onAborted.)
     const writeFailed = (err: unknown): void => {
-      opts.log.error({ err }, 'writing a response failed');
-      exchange.watch();
-      if (!exchange.aborted) res.close();
+      try {
+        opts.log.error({ err }, 'writing a response failed');
+        exchange.watch();
+        if (!exchange.aborted) res.close();
+      } catch {
+        // Nothing more can be done for this connection; the process goes on.
+      }
     };
     // handle() renders its own errors; reaching here is a bug in the pipeline itself.
     // problemResponse logs it with its stack and answers a bare 500 with a trace id.
@@ -278,10 +282,17 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         return;
       }
       exchange.watch();
-      answered
-        .then(send, (err: unknown) => send(pipelineFailed(err)))
-        // Nor may it become an unhandled rejection: that ends the process.
-        .catch(writeFailed);
+      // A later turn's answer, or the pipeline's failure to give one, written or logged.
+      const deliver = (response: GatewayResponse | undefined, failure?: unknown): void => {
+        try {
+          send(response ?? pipelineFailed(failure));
+        } catch (err) {
+          writeFailed(err);
+        }
+      };
+      // One reaction, whose handlers never throw: an unhandled rejection would end the process,
+      // and a `.catch` after it would cost every answer a second promise and job.
+      answered.then(deliver, (err: unknown) => deliver(undefined, err));
     };
 
     const refusal = refuseHead(headers, headBytes, lengths, codings, opts.maxBodyBytes);

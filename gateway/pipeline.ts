@@ -186,7 +186,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
   /** The route's handler, its query and body parsed. */
   async function handled(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
     try {
-      return await rendered(await route.handle(ctx), ctx, p);
+      const res = rendered(await route.handle(ctx), ctx, p);
+      // Awaiting an answer that is already there would cost a promise and a turn of the queue.
+      return res instanceof Promise ? await res : res;
     } catch (err) {
       return failed(err, p);
     }

@@ -23,7 +23,7 @@ function answerFor(req: GatewayRequest): GatewayResponse {
 
 test.before(async (t) => {
   const logged: string[] = [];
-  const server = await listen((req) => (req.path.startsWith('/later') ? new Promise((resolve) => setImmediate(() => resolve(answerFor(req)))) : answerFor(req)), {
+  const server = await listen((req) => (req.path === '/later/rejects' ? Promise.reject(new Error('a bug in the pipeline')) : req.path.startsWith('/later') ? new Promise((resolve) => setImmediate(() => resolve(answerFor(req)))) : answerFor(req)), {
     host: '127.0.0.1',
     port: 0,
     maxBodyBytes: 1024,
@@ -58,3 +58,21 @@ for (const when of ['now', 'later']) {
     t.is(parseResponses(next.bytes, ['GET'])[0]?.status, 200);
   });
 }
+
+test.serial('a pipeline whose promise rejects gets a bare 500 with a trace id, logged; the connection serves the next request', async (t) => {
+  const before = t.context.logged.length;
+  const ex = await rawExchange(t.context.server.port, {
+    send: [rawRequest('GET', '/later/rejects'), rawRequest('GET', '/later/ok', { Connection: 'close' })],
+    timeoutMs: 3000,
+  });
+  const [failed, next] = parseResponses(ex.bytes, ['GET', 'GET']);
+  t.is(failed?.status, 500);
+  t.deepEqual(failed?.headers['content-type'], ['application/problem+json']);
+  const problem = JSON.parse(failed!.body.toString()) as { status: number; traceId: string; detail?: string };
+  t.is(problem.status, 500);
+  t.deepEqual(failed?.headers['trace-id'], [problem.traceId]);
+  t.false(failed!.body.toString().includes('a bug in the pipeline'), 'no internal message in the body');
+  t.true(t.context.logged.slice(before).some((l) => l.includes('a bug in the pipeline')));
+  t.is(next?.status, 200);
+  t.is(next?.body.toString(), JSON.stringify({ path: '/later/ok' }));
+});
