@@ -1,6 +1,7 @@
 // The article actor: public content in one or more languages, one of which is the default.
 // Tags are indexed one key per tag, so `GET /articles?tag=x` is a range scan, not a filter.
 
+import { Buffer } from 'node:buffer';
 import { ApiError, type FieldError } from '../common/errors.js';
 import type { ArticlePatch, ArticleRecord, CommandOf, ListQuery, Translation } from '../proto/messages.js';
 import { emit } from './events.js';

@@ -4,7 +4,6 @@
 // committed state, and a write is acknowledged only once committed, so a client always reads
 // its own acknowledged writes.
 
-// A module binding: Node's global `performance` is a getter, looked up again on every call.
 import { performance } from 'node:perf_hooks';
 import type { ActorEndpoint } from '../common/bus.js';
 import type { Config } from '../common/config.js';

@@ -4,6 +4,7 @@
 // otherwise split into pool tasks of TASK_SIZE deliveries, each answered as soon as it is signed.
 // bench/webhook-signing.ts measures both sides of the threshold.
 
+import { Buffer } from 'node:buffer';
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { sign, type Signatures, type SignTask } from '../common/webhook-signature.js';

@@ -4,6 +4,8 @@
 // most RESPONSE_CAP bytes of the answer. TLS verifies the certificate against the URL's host
 // name; tests add their own CA through `ca`, never by turning verification off.
 
+import { performance } from 'node:perf_hooks';
+import { Buffer } from 'node:buffer';
 import http from 'node:http';
 import https from 'node:https';
 import type { LookupFunction } from 'node:net';

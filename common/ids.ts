@@ -1,3 +1,4 @@
+import { Buffer } from 'node:buffer';
 import { hash, randomBytes } from 'node:crypto';
 
 // Ids are opaque to clients (CONTRACT §2) but not to us. After the type prefix come:

@@ -3,7 +3,6 @@
 // same wrapper, after nats.js services: count, time, turn a throw into an `internal` wire error,
 // and always reply, so a gateway never waits out its deadline because of a bug here.
 
-// A module binding: Node's global `performance` is a getter, looked up again on every call.
 import { performance } from 'node:perf_hooks';
 import { connect, Events, type Msg, type NatsConnection } from 'nats';
 import type { ActorEndpoint } from './bus.js';

@@ -4,6 +4,7 @@
 // and prints the event, or answers 400 and says why. Several --secret flags cover a rotation.
 // A repeated event id (at-least-once delivery) is acknowledged and marked as a repeat.
 
+import { Buffer } from 'node:buffer';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { cliOptions, usageError } from './cli.js';

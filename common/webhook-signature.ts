@@ -11,6 +11,7 @@
 // `verifyWebhook` is the receiver's check: recompute over the raw body, compare in constant
 // time, refuse a timestamp outside the tolerance window (a replay), accept any of several v1.
 
+import { Buffer } from 'node:buffer';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
 export const SECRET_PREFIX = 'whsec_';

@@ -2,6 +2,7 @@
 // sort over an allow-list, sparse fields and expansion over allow-lists. Bad values are 400
 // `invalid-parameter` naming the parameter.
 
+import { Buffer } from 'node:buffer';
 import { ApiError } from '../common/errors.js';
 import type { ListPage, ListQuery, SortDir } from '../proto/messages.js';
 import type { QueryParam } from './route.js';

@@ -4,6 +4,7 @@
 // inside cork (uWS holds one around its own callbacks; a later turn takes its own), and stream
 // large bodies with tryEnd/onWritable so a slow reader cannot grow our memory.
 
+import { Buffer } from 'node:buffer';
 import { STATUS_CODES } from 'node:http';
 import uWS from '@trufflesuite/uws-js-unofficial';
 import { ApiError } from '../common/errors.js';
@@ -309,8 +310,11 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         refused = true;
         return refuse(tooLarge(opts.maxBodyBytes));
       }
-      // uWS reuses the chunk's memory after this callback returns: copy it.
-      chunks.push(Buffer.from(Buffer.from(chunk)));
+      // uWS reuses the chunk's memory after this callback returns: copy it (into a slice of
+      // Node's pool, as Buffer.from would, without first wrapping the chunk in a Buffer).
+      const copy = Buffer.allocUnsafe(chunk.byteLength);
+      copy.set(new Uint8Array(chunk));
+      chunks.push(copy);
       if (isLast) {
         request.body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
         run();

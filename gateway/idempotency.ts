@@ -4,6 +4,7 @@
 // answer a retry; a gateway only caches answers it has replayed, a cache safe to lose
 // (ARCHITECTURE property 4).
 
+import { Buffer } from 'node:buffer';
 import { hash } from 'node:crypto';
 import { ApiError } from '../common/errors.js';
 import { deepFreeze } from '../common/freeze.js';

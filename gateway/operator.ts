@@ -4,6 +4,7 @@
 // (127.0.0.1 by default); every Operator call needs a bearer token with the `admin` scope in
 // the `authorization` metadata, verified like an HTTP request's (gateway/auth.ts).
 
+import { performance } from 'node:perf_hooks';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { dirname, join, resolve } from 'node:path';

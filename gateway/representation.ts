@@ -3,6 +3,7 @@
 // media type, content coding, API version), so a 304 costs no rendering (ARCHITECTURE "Hot
 // paths"); a collection page's tag hashes its bytes.
 
+import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { brotliCompress, brotliCompressSync, constants, gzip, gzipSync } from 'node:zlib';
 import { promisify } from 'node:util';

@@ -4,6 +4,7 @@
 // ONE transaction, and its promise settles only once that transaction is flushed to disk
 // (ARCHITECTURE properties 2 and 3).
 
+import { Buffer } from 'node:buffer';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { BoundedMap } from '../common/bounded-map.js';

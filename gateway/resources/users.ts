@@ -5,6 +5,7 @@
 // Every user of a tenant lives in the tenant's partition (actors/users.ts), so a batch-get is one
 // read at one owner, and the email check is one turn.
 
+import { Buffer } from 'node:buffer';
 import { ApiError } from '../../common/errors.js';
 import { newId, partitionFor } from '../../common/ids.js';
 import type { UserInput, UserPatch, UserRecord } from '../../proto/messages.js';
