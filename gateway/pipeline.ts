@@ -20,7 +20,7 @@ import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
-import { cachedRendering, cachedRenderingBytes, contentTag, keptBytes, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
+import { cachedRenderingToSend, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, MAX_REPORTED_ERRORS, validateBody } from './validate.js';
@@ -164,7 +164,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
         if (peeked.replayed) {
           replays.set(tenant, idempotencyKey, req, peeked);
-          return await rendered(replayed(ctx, route, p, peeked), ctx, p);
+          return rendered(replayed(ctx, route, p, peeked), ctx, p);
         }
         if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
       }
@@ -186,15 +186,17 @@ export function createGateway(deps: GatewayDeps): Gateway {
   /** The route's handler, its query and body parsed. */
   async function handled(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
     try {
-      const res = rendered(await route.handle(ctx), ctx, p);
-      // Awaiting an answer that is already there would cost a promise and a turn of the queue.
-      return res instanceof Promise ? await res : res;
+      return rendered(await route.handle(ctx), ctx, p);
     } catch (err) {
       return failed(err, p);
     }
   }
 
-  /** The outcome rendered and finished: at once, unless a large body is compressed off the loop. */
+  /**
+   * The outcome rendered and finished: at once, unless a large body is compressed off the loop.
+   * Its promise never rejects (a failure is answered), so callers return it without awaiting:
+   * awaiting an answer that is already there would cost a promise and a turn of the queue.
+   */
   function rendered(outcome: Outcome, ctx: Ctx, p: Pending): GatewayResponse | Promise<GatewayResponse> {
     const res = render(outcome, ctx, p.traceId);
     return res instanceof Promise ? res.then((r) => finish(r, p), (err: unknown) => failed(err, p)) : finish(res, p);
@@ -442,16 +444,8 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
 function serialize(outcome: Outcome, version: ApiVersion, api: string): string | Buffer {
   const shape = version === 'v1' || outcome.versioned ? (v: unknown) => v : (v: unknown) => relink(v, version);
   if (outcome.cacheKey && outcome.tag && typeof outcome.tag === 'object' && 'version' in outcome.tag) {
-    const { cacheKey, record } = outcome;
-    const variant = outcome.tag.variant + api;
-    // A record the store shares keeps its rendering's UTF-8 bytes: sent as they are, where text
-    // would be measured and encoded again on every answer (once here, once more by uWS).
-    const kept = record !== undefined ? keptBytes(record, variant) : undefined;
-    if (kept !== undefined) return kept;
     const render = (): unknown => shape(outcome.render?.() ?? outcome.body);
-    return record !== undefined && Object.isFrozen(record)
-      ? cachedRenderingBytes(cacheKey, outcome.tag.version, variant, render, record)
-      : cachedRendering(cacheKey, outcome.tag.version, variant, render, record);
+    return cachedRenderingToSend(outcome.cacheKey, outcome.tag.version, outcome.tag.variant + api, render, outcome.record);
   }
   return JSON.stringify(shape(outcome.render ? outcome.render() : outcome.body));
 }
