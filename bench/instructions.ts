@@ -19,8 +19,12 @@ import { mintToken } from './lib/token.js';
 import { Callgrind, haveValgrind } from './lib/callgrind.js';
 
 const SCENARIO = 'instructions';
-const REQUESTS = Number(process.env.BENCH_INSTR_REQUESTS ?? 3000);
-const WARMUP = Number(process.env.BENCH_INSTR_WARMUP ?? 3000);
+const REQUESTS = Number(process.env.BENCH_INSTR_REQUESTS ?? 5000);
+// V8 is still compiling after a few thousand requests: the service under --trace-opt finished
+// 202 TurboFan compilations in its first 10,000 POSTs, 253 by 40,000 and 264 by 80,000. Counted
+// before then, a GET carried up to 6k instructions of the compiler's work (32-40k a GET from round
+// to round after 6,000 of warm-up; 32k in every round after 10,000 of each kind).
+const WARMUP = Number(process.env.BENCH_INSTR_WARMUP ?? 10000);
 // Five rounds: a round's figure moves by a tenth with where the collector's big pauses fall.
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 // The young generation's collections cost in whichever phase fills it. Semi-spaces of 4 MiB
