@@ -11,6 +11,7 @@ import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { GatewayRequest, GatewayResponse, RequestHeaders } from './http-types.js';
 import { traceIdOf } from './pipeline.js';
+import { BodyBuffer, maxChunks } from './body.js';
 import { problemResponse } from './problem.js';
 
 export interface HttpServer {
@@ -249,7 +250,13 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       exchange.watch();
       // Rendered by the gateway: charged to the caller, with the rate-limit fields.
       const response = opts.refuse(request, err);
-      setImmediate(() => send(response, true));
+      setImmediate(() => {
+        try {
+          send(response, true);
+        } catch (err) {
+          writeFailed(err);
+        }
+      });
     };
     // A throw while writing is a bug of ours: logged, and the connection closed, since how much of
     // the answer went out is unknown. (uWS also ends the process when its callback returns with
@@ -300,24 +307,24 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     if (refusal) return refuse(refusal);
     if (lengths === 0 && codings === 0) return run();
     exchange.watch();
-    const chunks: Buffer[] = [];
-    let size = 0;
+    // refuseHead let a Content-Length through only as digits within the limit.
+    const body = new BodyBuffer(opts.maxBodyBytes, lengths === 0 ? undefined : Number(headers['content-length']));
     let refused = false;
     res.onData((chunk, isLast) => {
       if (refused) return;
-      size += chunk.byteLength;
-      if (size > opts.maxBodyBytes) {
-        refused = true;
-        return refuse(tooLarge(opts.maxBodyBytes));
-      }
-      // uWS reuses the chunk's memory after this callback returns: copy it (into a slice of
-      // Node's pool, as Buffer.from would, without first wrapping the chunk in a Buffer).
-      const copy = Buffer.allocUnsafe(chunk.byteLength);
-      copy.set(new Uint8Array(chunk));
-      chunks.push(copy);
-      if (isLast) {
-        request.body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
-        run();
+      switch (body.add(chunk, isLast)) {
+        case 'more':
+          return;
+        case 'done':
+          request.body = body.body;
+          run();
+          return;
+        case 'too-large':
+          refused = true;
+          return refuse(tooLarge(opts.maxBodyBytes));
+        case 'too-fragmented':
+          refused = true;
+          return refuse(badFraming(`The body came in more than ${maxChunks(opts.maxBodyBytes)} pieces; send it in fewer, larger ones.`));
       }
     });
   });

@@ -6,6 +6,7 @@ import anyTest, { type TestFn } from 'ava';
 import { Pool } from 'undici';
 import { loadConfig } from '../common/config.js';
 import { type Service, startService } from '../gateway/app.js';
+import { maxChunks } from '../gateway/body.js';
 import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
 import { afterResponses, asAnswer, chunked, only, parseResponses, rawExchange, rawHeader, rawRequest, type RawResponse } from './helpers/raw-http.js';
 
@@ -130,6 +131,26 @@ test('a chunked body under the limit is read whole and creates the order', async
   t.deepEqual(created.metadata, sent.metadata);
   t.is(rawHeader(r, 'location'), `/v1/orders/${created.id}`);
   t.deepEqual(await listIds(t, tok), [created.id]);
+});
+
+test('a chunked body in one-byte chunks is read whole, up to the bound on pieces', async (t) => {
+  const tok = await tenantToken('chunked-bytes');
+  const json = orderBodyOfSize(maxChunks(LIMIT) - 40);
+  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', Connection: 'close' });
+  const ex = await rawExchange(t.context.service.port, { send: [head, chunked(json, 1)], timeoutMs: 5000 });
+  const r = only(parseResponses(ex.bytes, ['POST']));
+  t.is(r.status, 201, r.body.toString());
+  t.is((JSON.parse(r.body.toString()) as { note: string }).note, (JSON.parse(json) as { note: string }).note);
+});
+
+test('a body in more pieces than the bound is refused 400 and closed, and nothing is created', async (t) => {
+  const tok = await tenantToken('chunked-shards');
+  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
+  const ex = await rawExchange(t.context.service.port, { send: [head, chunked(orderBodyOfSize(maxChunks(LIMIT) + 40), 1)], timeoutMs: 5000 });
+  t.true(ex.closed, 'the server closes the connection');
+  const problem = assertProblem(t, asAnswer(only(parseResponses(ex.bytes, ['POST']))), 400, 'malformed-request');
+  t.regex(String(problem.detail), /pieces/);
+  t.deepEqual(await listIds(t, tok), [], 'nothing was created');
 });
 
 async function createOrder(t: { context: Context }, tok: string, body: object = { currency: 'EUR' }): Promise<{ id: string; etag: string; text: string }> {
