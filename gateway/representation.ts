@@ -102,13 +102,16 @@ export function cachedRenderingToSend(key: string, version: number, variant: str
   if (record === undefined) return cachedRendering(key, version, variant, render);
   const kept = keptBytes(record, variant);
   if (kept !== undefined) return kept;
-  return Object.isFrozen(record) ? cachedRenderingBytes(key, version, variant, render, record) : cachedRendering(key, version, variant, render, record);
+  return Object.isFrozen(record) ? renderedBytes(key, version, variant, render, record) : cachedRendering(key, version, variant, render, record);
 }
 
 /** cachedRendering as UTF-8 bytes: kept beside the text for a record the store shares. */
 export function cachedRenderingBytes(key: string, version: number, variant: string, render: () => unknown, record: object): Buffer {
-  const bytesKept = keptBytes(record, variant);
-  if (bytesKept !== undefined) return bytesKept;
+  return keptBytes(record, variant) ?? renderedBytes(key, version, variant, render, record);
+}
+
+/** The bytes of a rendering none are kept for yet, kept on `record` when its text is. */
+function renderedBytes(key: string, version: number, variant: string, render: () => unknown, record: object): Buffer {
   const json = cachedRendering(key, version, variant, render, record);
   const kept = owned.get(record);
   if (kept === undefined || kept.variant !== variant) return Buffer.from(json);
