@@ -4,7 +4,7 @@
 // The key is taken by its home owner before anything else is sent (CONTRACT §7, SPEC §4.2).
 
 import { join } from 'node:path';
-import anyTest, { type TestFn } from 'ava';
+import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import type { Bus } from '../common/bus.js';
 import { loadConfig } from '../common/config.js';
 import { partitionOf } from '../common/ids.js';
@@ -161,4 +161,61 @@ test("a group run on a later retry expires with the key's home record, not a ful
   t.deepEqual(statuses(b), [201, 200]);
   t.is(await noteOf(t, order), 'second');
   t.is(await countOrders(t), before + 1);
+});
+
+/** A product created until one lands on the given node. */
+async function productOn(t: { context: Context }, node: 0 | 1): Promise<string> {
+  for (;;) {
+    const id = (await call(t, { method: 'POST', path: '/v1/products', body: { name: 'Widget', price: 250, currency: 'EUR' } })).json<{ id: string }>().id;
+    if (partitionOf(id) < 128 === (node === 0)) return id;
+  }
+}
+
+/** Deletes the product, then finds the batch's retry answered exactly as `first`, creating nothing. */
+async function replaysAfterDeleting(t: ExecutionContext<Context>, product: string, body: object, key: string, first: Answer): Promise<void> {
+  t.is((await call(t, { method: 'DELETE', path: `/v1/products/${product}` })).status, 204);
+  const before = await countOrders(t);
+  const retry = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(retry.status, first.status, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.deepEqual(retry.json(), first.json());
+  t.is(await countOrders(t), before);
+}
+
+const withItem = (product: string): { currency: string; items: { productId: string; quantity: number }[] } => ({ currency: 'EUR', items: [{ productId: product, quantity: 2 }] });
+
+test('an atomic batch retried after its product was deleted replays its 200, not a 422 from pricing again', async (t) => {
+  const product = await productOn(t, 0);
+  const body = { atomic: true, operations: [{ method: 'POST', body: withItem(product) }] };
+  const key = keyHomedOn(1, 'priced');
+  const first = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(first.status, 200, first.text);
+  await replaysAfterDeleting(t, product, body, key, first);
+});
+
+test("a batch retry replays while its products' owner is down: nothing is priced again", async (t) => {
+  const product = await productOn(t, 0);
+  const body = { operations: [{ method: 'POST', body: withItem(product) }] };
+  const key = keyHomedOn(1, 'owner-down');
+  const first = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(first.status, 207, first.text);
+  t.context.nodes[0].down = true;
+  const retry = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(retry.status, 207, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.deepEqual(retry.json(), first.json());
+});
+
+test('an atomic batch that creates beside an order stored apart from its key replays after its product was deleted', async (t) => {
+  // The batch commits in the order's partition (node 0); its key's home is on node 1, so the
+  // creates are kept under the group's own sub-key.
+  const order = await orderOn(t, 0);
+  const product = await productOn(t, 1);
+  const key = keyHomedOn(1, 'apart');
+  const body = { atomic: true, operations: [{ method: 'PATCH', id: order, body: { note: 'beside' } }, { method: 'POST', body: withItem(product) }] };
+  const first = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(first.status, 200, first.text);
+  const created = first.json<{ results: { id: string }[] }>().results[1]!.id;
+  t.true(partitionOf(created) < 128, 'created beside the order');
+  await replaysAfterDeleting(t, product, body, key, first);
 });

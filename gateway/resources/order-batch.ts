@@ -10,11 +10,11 @@
 // (ARCHITECTURE property 6: cross-partition atomicity only by co-location), so the owner commits
 // it in one transaction; the orders it creates are minted in that partition.
 
-import { ApiError, PROBLEMS, toWire, underPointer, type FieldError, type WireError } from '../../common/errors.js';
+import { ApiError, PROBLEMS, fromWire, toWire, underPointer, type FieldError, type WireError } from '../../common/errors.js';
 import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { BatchOp, BatchOutcome, IdemTag, ProductRecord } from '../../proto/messages.js';
 import { parseIfMatch } from '../representation.js';
-import { type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
+import { type Ctx, type JsonSchema, type RouteDef, partitionForNew, principalOf, route } from '../route.js';
 import type { Sent } from '../bus-client.js';
 import { homePartition } from '../idempotency.js';
 import { validateBody } from '../validate.js';
@@ -202,9 +202,23 @@ export const orderBatchRoute: RouteDef = route({
     }
     if (atomic && failures.length) throw atomicFailure(failures);
 
-    // ---- price the items of every create at once, then mint the ids ----
+    // With a key, each group of operations keeps its own result under a key fixed by its
+    // partition, so a retry finds every group that ran, however the other operations fare this
+    // time. The group in the key's home partition keeps it under the key itself, and is sent even
+    // when it holds no operation: the key is then taken, and reusing it for another request is
+    // caught (422). The other groups keep theirs under sub-keys.
+    const tag = ctx.bus.idempotency;
+    const keyHome = tag ? homePartition(tenant, tag.key) : undefined;
+    const keyOf = (partition: number): string => (partition === keyHome ? tag!.key : `${tag!.key}\u0001${partition}`);
+
+    // ---- a retry: the creates' group answers from what it kept ----
+    // Its creates were priced when it ran; pricing them again would answer from the catalogue of
+    // now (a product deleted since: 422; its owner unreachable: 503), not with the first answer.
     const creates = checked.filter((c) => c.op.op === 'create');
-    const productIds = new Set(creates.flatMap((c) => [...productIdsOf(c.itemsRaw)]));
+    const kept = tag && creates.length ? await keptAnswer(ctx, tenant, home, { key: keyOf(home), fingerprint: tag.fingerprint }) : undefined;
+
+    // ---- price the items of every create at once, then mint the ids ----
+    const productIds = kept ? new Set<string>() : new Set(creates.flatMap((c) => [...productIdsOf(c.itemsRaw)]));
     // Each product is a read; one request may not fan out without bound (ARCHITECTURE 7).
     if (productIds.size > MAX_BATCH_PRODUCTS) {
       throw new ApiError('payload-too-large', `The batch names ${productIds.size} distinct products; at most ${MAX_BATCH_PRODUCTS} may be priced in one batch. Nothing was written.`);
@@ -212,7 +226,7 @@ export const orderBatchRoute: RouteDef = route({
     const products = productIds.size ? await fetchProducts(ctx, productIds) : new Map<string, ProductRecord>();
     const ready: Checked[] = [];
     for (const c of checked) {
-      if (c.op.op === 'create') {
+      if (c.op.op === 'create' && !kept) {
         const id = newId('order', home);
         try {
           const items = priceWith(products, id, c.op.input.currency, c.itemsRaw, (i) => `/operations/${c.index}/body/items/${i}`);
@@ -229,29 +243,26 @@ export const orderBatchRoute: RouteDef = route({
     // ---- one command per partition ----
     const groups = new Map<number, BatchOp[]>();
     for (const c of ready) {
-      const p = partitionOf(c.op.id);
+      // Creates are minted in `home` (or, answered from `kept`, carry no id at all).
+      const p = c.op.op === 'create' ? home : partitionOf(c.op.id);
       let ops = groups.get(p);
       if (!ops) groups.set(p, (ops = []));
       ops.push(c.op);
     }
-    // With a key, each group keeps its own result under a key fixed by its partition, so a retry
-    // finds every group that ran, however the other operations fare this time. The group in the
-    // key's home partition keeps it under the key itself, and is sent even when it holds no
-    // operation: the key is then taken, and reusing it for another request is caught (422).
-    const tag = ctx.bus.idempotency;
-    const keyHome = tag ? homePartition(tenant, tag.key) : undefined;
     if (keyHome !== undefined && !groups.has(keyHome)) groups.set(keyHome, []);
     // The other groups' sub-keys are kept until the home record expires, not a full TTL after
     // their own commits: a group run on a later retry must not outlive the key and refuse (422)
     // a request the home group, its key expired, has already run.
     let until: number | undefined;
     const idemFor = (partition: number): { idem?: IdemTag } =>
-      tag && partition !== keyHome ? { idem: { key: `${tag.key}\u0001${partition}`, fingerprint: tag.fingerprint, ...(until !== undefined && { until }) } } : {};
+      tag && partition !== keyHome ? { idem: { key: keyOf(partition), fingerprint: tag.fingerprint, ...(until !== undefined && { until }) } } : {};
     // The home group also keeps what the gateway refused, so a retry answers exactly as the first
     // attempt did even if, say, a product it named has appeared since.
     const refused: BatchOutcome[] = failures.map((f) => ({ index: f.index, ok: false, error: f.error }));
     const send = ([partition, ops]: [number, BatchOp[]]): Promise<Sent<BatchOutcome[]>> =>
-      ctx.bus.send({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) });
+      kept && partition === home
+        ? Promise.resolve(kept)
+        : ctx.bus.send({ kind: 'order.batch', tenant, partition, atomic, ops, ...idemFor(partition), ...(partition === keyHome && refused.length ? { refused } : {}) });
     // The home group goes first and alone: it takes the key under the whole request's
     // fingerprint. Nothing else is sent unless it did: a request reusing the key for something
     // else (422), sent while the first is still running (409), or whose home owner cannot be
@@ -312,6 +323,16 @@ export const orderBatchRoute: RouteDef = route({
     return { status: atomic ? 200 : 207, body: { results }, cache: 'no-store' };
   },
 });
+
+/**
+ * The answer a batch group kept under `idem` on an earlier attempt, or undefined when it has not
+ * run. A key in flight, reused, or whose owner cannot be reached throws, as sending would.
+ */
+async function keptAnswer(ctx: Ctx, tenant: string, partition: number, idem: IdemTag): Promise<Sent<BatchOutcome[]> | undefined> {
+  const peeked = await ctx.bus.bus.send({ kind: 'idem.peek', tenant, partition, idem });
+  if (!peeked.ok) throw fromWire(peeked.error);
+  return peeked.replayed ? { value: peeked.value as BatchOutcome[], replayed: true, keptUntil: peeked.keptUntil } : undefined;
+}
 
 /** Throws the first answer about the Idempotency-Key itself (reused, or in flight): it is the request's. */
 function keyRefusal(settled: PromiseSettledResult<unknown>[]): void {
