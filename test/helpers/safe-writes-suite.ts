@@ -148,6 +148,17 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     const valid = await c.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k2 });
     t.is(valid.status, 201, valid.text);
     t.false(replayed(valid));
+
+    // Nor did items priced against the catalogue and refused (a product in another currency):
+    // once the product is fixed, the same request with the same key creates the order.
+    const dollars = await createProduct(t, c, { price: 100, currency: 'USD' });
+    const k3 = key();
+    const body = { currency: 'EUR', items: [{ productId: dollars.id, quantity: 1 }] };
+    assertProblem(t, await c.post('/v1/orders', body, { 'idempotency-key': k3 }), 422, 'validation-failed');
+    t.is((await c.patch(`/v1/products/${dollars.id}`, { currency: 'EUR' })).status, 200);
+    const priced = await c.post('/v1/orders', body, { 'idempotency-key': k3 });
+    t.is(priced.status, 201, priced.text);
+    t.false(replayed(priced));
   });
 
   test('idempotency: pay and add-item retries replay the first answer and act once', async (t) => {
