@@ -100,6 +100,20 @@ const CONTENT_LENGTH = /^[0-9]+$/;
  */
 export const KEEP_ALIVE = 'timeout=5';
 
+/**
+ * The head's size in bytes, as far as uWS lets JavaScript see it: uWS 20.30 decodes the target
+ * and header values as UTF-8, and trims bytes of 0x80 and above at either end of a value as it
+ * trims spaces, so those never reach us and are not counted (uWS's receive buffer bounds them).
+ * A byte that is not UTF-8 inside a value arrives as U+FFFD and counts three.
+ */
+function headBytesOf(req: uWS.HttpRequest, request: GatewayRequest): number {
+  let n = Buffer.byteLength(request.method) + Buffer.byteLength(request.path) + (request.query ? Buffer.byteLength(request.query) + 1 : 0) + REQUEST_LINE_BYTES;
+  req.forEach((k, v) => {
+    n += Buffer.byteLength(k) + Buffer.byteLength(v) + 4;
+  });
+  return n;
+}
+
 function tooLarge(limit: number): ApiError {
   return new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`);
 }
@@ -229,6 +243,9 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       remoteAddress: opts.needsAddress(headers) ? ascii.decode(res.getRemoteAddressAsText()) : '',
     };
     headBytes += request.method.length + request.path.length + (request.query ? request.query.length + 1 : 0) + REQUEST_LINE_BYTES;
+    // Counted so far in UTF-16 units, each at most three bytes of UTF-8: only a head that could
+    // be over the limit is counted again, in bytes (most heads are well under a third of it).
+    if (headBytes > MAX_HEAD_BYTES / 3) headBytes = headBytesOf(req, request);
     // uWS closes after the answer when the first Connection line's value has 5 characters (its
     // test for "close"); that client is not told how long the connection would stay open.
     const clientCloses = connection?.length === 5;

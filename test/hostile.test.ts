@@ -356,6 +356,26 @@ test(`a head over ${MAX_HEAD_BYTES} bytes in one read is 431 and closed; at the 
   t.regex(page.text, /HTTP status 431/);
 });
 
+/** A head of exactly `size` bytes padded with `€` (three bytes of UTF-8) between two ASCII letters. */
+function headOfSizeInEuros(size: number): Buffer {
+  const [before, after] = rawRequest('GET', '/v1', { Connection: 'close', 'X-Pad': 'a|a' }).toString('latin1').split('|') as [string, string];
+  const euros = (size - before.length - after.length) / 3;
+  if (!Number.isInteger(euros) || euros < 0) throw new Error(`no head of ${size} bytes in euros`);
+  return Buffer.concat([Buffer.from(before, 'latin1'), Buffer.from('€'.repeat(euros)), Buffer.from(after, 'latin1')]);
+}
+
+test(`the head's size is counted in bytes: ${MAX_HEAD_BYTES} bytes of mostly three-byte characters are answered, more is 431`, async (t) => {
+  const base = rawRequest('GET', '/v1', { Connection: 'close', 'X-Pad': 'aa' }).length;
+  // The largest head of whole euros within the limit, and the next one up: over by 1 to 3 bytes.
+  const at = base + 3 * Math.floor((MAX_HEAD_BYTES - base) / 3);
+  const within = await ask(t, headOfSizeInEuros(at));
+  t.is(within.status, 200, within.text);
+  const over = await ask(t, headOfSizeInEuros(at + 3));
+  t.true(at + 3 > MAX_HEAD_BYTES);
+  assertProblem(t, over, 431, 'request-header-fields-too-large');
+  t.true(over.closed, 'the connection stays open');
+});
+
 test(`a head over ${MAX_HEAD_BYTES} bytes that arrives in pieces is dropped by uWS unanswered`, async (t) => {
   // uWS 20.30 buffers an incomplete head up to 4096 bytes and closes the connection past that,
   // without a byte; below it, the pieces are put together and answered.
