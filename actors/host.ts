@@ -116,6 +116,12 @@ interface IdemRecord {
   table?: string;
   /** The record, as `table` stores it (lmdb-js hands back a copy on read). */
   bytes?: Uint8Array;
+  /**
+   * The key only, taken at its home by `idem.take` for a request whose write another store keeps:
+   * no answer. That request's write runs (and, in this store, puts its answer here); any other
+   * request under the key is refused.
+   */
+  taken?: true;
 }
 
 // Keyed by tenant + key (the key's scope); indexed by expiry so the sweep reads only what is due.
@@ -320,6 +326,8 @@ export class ActorHost implements ActorEndpoint {
         return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planTeamWrite(cmd, this.teamTables, now));
       case 'usage.add':
         return this.write(cmd, [usageLock(cmd.partition)], () => planUsageAdd(cmd, this.usage));
+      case 'idem.take':
+        return this.write(cmd, [], () => ({ writes: [], reply: null }));
       case 'idem.peek':
       case 'user.batchGet':
         throw new Error('answered by read()');
@@ -332,7 +340,7 @@ export class ActorHost implements ActorEndpoint {
 
   /** Reads answer from committed state at once, without a turn; undefined for a write. */
   read(cmd: Command): Result<unknown> | undefined {
-    if (!this.owns(cmd.partition) || cmd.kind === 'order.batch' || cmd.kind === 'usage.add') return undefined;
+    if (!this.owns(cmd.partition) || cmd.kind === 'order.batch' || cmd.kind === 'usage.add' || cmd.kind === 'idem.take') return undefined;
     if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
     if (cmd.kind === 'user.batchGet') {
       const users = this.actors.user.table as unknown as Table<UserRecord>;
@@ -603,7 +611,7 @@ export class ActorHost implements ActorEndpoint {
       const now = this.now();
       const before = cmd.idem ? this.idem.get(id) : undefined;
       if (cmd.idem) {
-        const prior = this.priorResult(before, cmd.idem);
+        const prior = this.priorResult(before, cmd.idem, cmd.kind === 'idem.take');
         if (prior) return prior;
       }
       let result: Result<unknown>;
@@ -630,7 +638,8 @@ export class ActorHost implements ActorEndpoint {
       let keptUntil: number | undefined;
       if (cmd.idem && keep) {
         keptUntil = Math.min(cmd.idem.until ?? Infinity, now + this.ttlMs);
-        writes.push({ table: this.idem as Table<unknown>, id, before, after: idemRecord(id, cmd.idem.fingerprint, keptUntil, result, writes) });
+        const after: IdemRecord = cmd.kind === 'idem.take' ? { id, fingerprint: cmd.idem.fingerprint, expiresAt: keptUntil, taken: true } : idemRecord(id, cmd.idem.fingerprint, keptUntil, result, writes);
+        writes.push({ table: this.idem as Table<unknown>, id, before, after });
       }
       if (writes.length) await this.store.commit(writes);
       if (emitted) this.dispatcher?.kick();
@@ -665,12 +674,18 @@ export class ActorHost implements ActorEndpoint {
     return box !== undefined && !(box.depth === 1 && this.expiring.has(id));
   }
 
-  /** The answer an earlier request with this key left, if it is still kept. */
-  private priorResult(rec: IdemRecord | undefined, tag: IdemTag): Result<unknown> | undefined {
+  /**
+   * The answer an earlier request with this key left, if it is still kept. Taking the key
+   * (`taking`), any record of the same request means it is taken already; for anything else, a
+   * key only taken has no answer yet.
+   */
+  private priorResult(rec: IdemRecord | undefined, tag: IdemTag, taking = false): Result<unknown> | undefined {
     if (!rec || rec.expiresAt <= this.now()) return undefined;
     if (rec.fingerprint !== tag.fingerprint) {
       return { ok: false, error: { code: 'idempotency-key-reused', detail: 'This Idempotency-Key was first used with another method, path or body.' } };
     }
+    if (taking) return { ok: true, value: null, replayed: true, keptUntil: rec.expiresAt };
+    if (rec.taken) return undefined;
     const result = rec.bytes ? this.keptRecord(rec.table!, rec.bytes) : rec.result!;
     // Bytes that cannot be read back are our failure, answered as one, never as a replay.
     if (rec.bytes && !result.ok) return result;

@@ -26,6 +26,12 @@ export interface Bus {
    * when it must be sent. Absent on a bus whose owners are elsewhere.
    */
   read?(cmd: Command): Result<unknown> | undefined;
+  /**
+   * Whether a write to `partition` is kept by another store of Idempotency-Keys than the one
+   * `home`'s owner keeps, so its key must be taken at home first. False when `partition` has no
+   * owner: that write answers 503 unsent, and taking its key would only burn it. Absent: apart.
+   */
+  keptApart?(home: number, partition: number): boolean;
   /** Sends a query to every owner node and collects their answers (one per node). */
   scatter(q: Query): Promise<Result<unknown>[]>;
   close(): Promise<void>;

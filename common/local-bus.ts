@@ -26,6 +26,11 @@ export class LocalBus implements Bus {
     return this.deadlines.race(this.host.handle(cmd));
   }
 
+  /** One host owns every partition this bus reaches, with one store of keys. */
+  keptApart(): boolean {
+    return false;
+  }
+
   async scatter(q: Query): Promise<Result<unknown>[]> {
     return [await this.deadlines.race(this.host.query(q))];
   }

@@ -193,6 +193,16 @@ export class NatsBus implements Bus {
     });
   }
 
+  /**
+   * Whether another node than `home`'s owns `partition` now: each actor node keeps its keys in
+   * its own LMDB. (With partitions that move between nodes, a key would have to move with its
+   * partition.)
+   */
+  keptApart(home: number, partition: number): boolean {
+    const owner = this.directory.ownerOf(partition);
+    return owner !== undefined && owner.nodeId !== this.directory.ownerOf(home)?.nodeId;
+  }
+
   async scatter(q: Query): Promise<Result<unknown>[]> {
     const { owners, unowned } = this.directory.snapshot();
     const results = await Promise.all(owners.map((o) => this.query(o.subject, q)));

@@ -3,7 +3,8 @@
 
 import type { Bus } from '../common/bus.js';
 import { fromWire } from '../common/errors.js';
-import type { Command, IdemTag, Query, ReplyMap, Result } from '../proto/messages.js';
+import { partitionForPair } from '../common/ids.js';
+import { SHARED_READS, type Command, type IdemTag, type Query, type ReplyMap, type Result, type SharedReadKind } from '../proto/messages.js';
 
 /** One write's reply, with whether it was kept from an earlier attempt and until when. */
 export interface Sent<T> {
@@ -17,6 +18,18 @@ export interface Replay {
   replayed: boolean;
 }
 
+/** Reads a keyed request may send (a create pricing its products, say): their owner ignores the key. */
+function isRead(cmd: Command): boolean {
+  return SHARED_READS.has(cmd.kind as SharedReadKind) || cmd.kind === 'user.batchGet' || cmd.kind === 'idem.peek';
+}
+
+/** A request's Idempotency-Key, what its writes found, and its taking at home (BusClient.taken). */
+interface RequestKey {
+  tag: IdemTag;
+  seen: Replay;
+  take?: Promise<Result<unknown>>;
+}
+
 function unwrap<T>(r: Result<unknown>): T {
   if (!r.ok) throw fromWire(r.error);
   return r.value as T;
@@ -25,7 +38,7 @@ function unwrap<T>(r: Result<unknown>): T {
 export class BusClient {
   constructor(
     readonly bus: Bus,
-    private readonly idem?: { tag: IdemTag; seen: Replay },
+    private readonly idem?: RequestKey,
   ) {}
 
   /**
@@ -55,13 +68,33 @@ export class BusClient {
     return result === undefined ? undefined : unwrap(result);
   }
 
-  /** Tags the command with the request's key, if it has none: a command is built for one call. */
+  /**
+   * Tags the command with the request's key, if it has none: a command is built for one call. A
+   * write kept by another store than the key's home first takes the key at home (`taken`).
+   */
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
     if (!this.idem) return unwrap(await this.bus.send(cmd));
-    cmd.idem ??= this.idem.tag;
+    cmd.idem ??= isRead(cmd) ? this.idem.tag : await this.taken(cmd);
     const result = await this.bus.send(cmd);
     if (result.replayed) this.idem.seen.replayed = true;
     return unwrap(result);
+  }
+
+  /**
+   * The key for a write of this request. Its owner keeps the answer under the key, but the key's
+   * scope is tenant + key (CONTRACT §7), wherever the write goes: when the owner keeps keys apart
+   * from the key's home partition (another actor node), the key is taken at home first, once per
+   * request, so another request under it is refused (422) before it runs anywhere. The write's
+   * own record then expires with the home record, never after it.
+   */
+  private async taken(cmd: Command & { tenant: string }): Promise<IdemTag> {
+    const idem = this.idem!;
+    const home = partitionForPair(cmd.tenant, idem.tag.key);
+    if (cmd.partition === home || this.bus.keptApart?.(home, cmd.partition) === false) return idem.tag;
+    idem.take ??= this.bus.send({ kind: 'idem.take', tenant: cmd.tenant, partition: home, idem: idem.tag });
+    const took = await idem.take;
+    if (!took.ok) throw fromWire(took.error); // reused, in flight, or its owner unavailable
+    return took.keptUntil === undefined ? idem.tag : { ...idem.tag, until: took.keptUntil };
   }
 
   /**

@@ -303,6 +303,12 @@ export type Command =
    * marked replayed; or 409 while a request with the key runs; or `null` when there is none.
    */
   | (Base & { kind: 'idem.peek'; idem: IdemTag })
+  /**
+   * Takes `idem` at the owner of `partition` (the key's home) for a request whose write is kept
+   * by another owner: a write of the key alone, kept like any answer, so the same key sent with
+   * another request is refused (422) there before that request runs anywhere.
+   */
+  | (Base & { kind: 'idem.take'; idem: IdemTag })
   // Webhook endpoints (in the tenant's partition) and events (where they were emitted).
   | (Omit<Base, 'tenant' | 'partition'> & WebhookCommand)
   /** Calls to non-active routes counted by a gateway since its last flush (actors/usage.ts). */
@@ -392,6 +398,7 @@ export interface ReplyMap extends WebhookReplies {
   'operation.get': OperationRecord;
   'order.batch': BatchOutcome[];
   'idem.peek': unknown;
+  'idem.take': null;
   'order.list': ListPage<OrderRecord>;
   'product.list': ListPage<ProductRecord>;
   'article.list': ListPage<ArticleRecord>;
@@ -412,7 +419,7 @@ export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError 
 
 export type Kind = Command['kind'] | Query['kind'];
 /** Commands addressed to one record (not the batches, which name many, nor the peek). */
-export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'user.batchGet' | 'usage.add' }>;
+export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'idem.take' | 'user.batchGet' | 'usage.add' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
 
 /**

@@ -34,6 +34,8 @@ interface Context {
   clock: { now: number };
   gateway: Gateway;
   auth: string;
+  /** The kind of every command sent, in order. */
+  sent: string[];
 }
 
 const test = anyTest as TestFn<Context>;
@@ -51,14 +53,19 @@ test.beforeEach(async (t) => {
   const nodes: [Node, Node] = [node('low', LOW), node('high', HIGH)];
   const owner = (partition: number): Node => nodes[partition < 128 ? 0 : 1];
   const unreachable: Result<never> = { ok: false, error: { code: 'unavailable', detail: 'The owner cannot be reached.' } };
+  const sent: string[] = [];
   const bus: Bus = {
-    send: (cmd: Command) => (owner(cmd.partition).down ? Promise.resolve(unreachable) : owner(cmd.partition).bus.send(cmd)),
+    send: (cmd: Command) => {
+      sent.push(cmd.kind);
+      return owner(cmd.partition).down ? Promise.resolve(unreachable) : owner(cmd.partition).bus.send(cmd);
+    },
+    keptApart: (home, partition) => owner(home) !== owner(partition),
     scatter: (q: Query) => Promise.all(nodes.map((n) => n.bus.scatter(q).then((r) => r[0]!))),
     close: async () => {},
   };
   const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0' });
   const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(bus), config, log });
-  t.context = { dir, nodes, clock, gateway, auth: `Bearer ${await token(SECRET, ALL_SCOPES, { tenant: TENANT })}` };
+  t.context = { dir, nodes, clock, gateway, auth: `Bearer ${await token(SECRET, ALL_SCOPES, { tenant: TENANT })}`, sent };
 });
 
 test.afterEach.always(async (t) => {
@@ -218,4 +225,45 @@ test('an atomic batch that creates beside an order stored apart from its key rep
   const created = first.json<{ results: { id: string }[] }>().results[1]!.id;
   t.true(partitionOf(created) < 128, 'created beside the order');
   await replaysAfterDeleting(t, product, body, key, first);
+});
+
+test("a keyed action on an order stored apart from its key's home takes the key there first: reuse is 422, and nothing runs while home is down", async (t) => {
+  const a = await orderOn(t, 0);
+  const b = await orderOn(t, 1);
+  const key = keyHomedOn(1, 'take');
+  const statusOf = async (id: string): Promise<unknown> => (await call(t, { method: 'GET', path: `/v1/orders/${id}` })).json().status;
+  t.context.nodes[1].down = true;
+  const down = await call(t, { method: 'POST', path: `/v1/orders/${a}/cancel` }, key);
+  t.is(down.status, 503, down.text);
+  t.truthy(down.headers['retry-after']);
+  t.is(await statusOf(a), 'pending', 'the cancel did not run');
+  t.context.nodes[1].down = false;
+  const sent = t.context.sent.length;
+  const first = await call(t, { method: 'POST', path: `/v1/orders/${a}/cancel` }, key);
+  t.is(first.status, 200, first.text);
+  t.deepEqual(t.context.sent.slice(sent), ['idem.peek', 'idem.take', 'order.cancel']);
+  // On the key's home node, the other request meets the key taken there.
+  const reused = await call(t, { method: 'POST', path: `/v1/orders/${b}/cancel` }, key);
+  t.is(reused.status, 422, reused.text);
+  t.is(await statusOf(b), 'pending');
+  const retry = await call(t, { method: 'POST', path: `/v1/orders/${a}/cancel` }, key);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.text, first.text);
+  // A key whose home is on the order's own node is not taken apart: one store holds both.
+  const near = keyHomedOn(1, 'near');
+  const before = t.context.sent.length;
+  t.is((await call(t, { method: 'POST', path: `/v1/orders/${b}/cancel` }, near)).status, 200);
+  t.deepEqual(t.context.sent.slice(before), ['idem.peek', 'order.cancel']);
+});
+
+test('a key first used at its home (a create) refuses an action on another node under it: the take meets the create', async (t) => {
+  const order = await orderOn(t, 0);
+  const key = keyHomedOn(1, 'home-first');
+  const created = await call(t, { method: 'POST', path: '/v1/orders', body: { currency: 'EUR' } }, key);
+  t.is(created.status, 201, created.text);
+  const sent = t.context.sent.length;
+  const reused = await call(t, { method: 'POST', path: `/v1/orders/${order}/cancel` }, key);
+  t.is(reused.status, 422, reused.text);
+  t.deepEqual(t.context.sent.slice(sent), ['idem.peek', 'idem.take'], 'refused by the take; the cancel was never sent');
+  t.is((await call(t, { method: 'GET', path: `/v1/orders/${order}` })).json().status, 'pending');
 });

@@ -243,3 +243,31 @@ test('one sweep forgets every key that is due, however many, in chunks', async (
   clock.now = start + 1;
   for (const i of [0, 999, 1000, 2499]) t.falsy((await host.handle(create('t1', tag(`bulk-${i}`)))).replayed, `bulk-${i} was swept`);
 });
+
+test("a key taken at its home (idem.take) has no answer: the request's own write runs and keeps its answer there; another request is refused", async (t) => {
+  const { host, clock } = t.context;
+  const take = (fingerprint: string): Promise<Result<unknown>> => host.handle({ kind: 'idem.take', tenant: 't1', partition: 9, idem: tag('taken', fingerprint) });
+  const took = await take('fp-1');
+  t.like(took, { ok: true, value: null });
+  const until = took.keptUntil!;
+  t.is(until, clock.now + TTL);
+  // Taken again by the same request, later: still taken, its expiry unchanged.
+  clock.now += HOUR;
+  t.like(await take('fp-1'), { ok: true, replayed: true, keptUntil: until });
+  t.like(await take('fp-2'), { ok: false, error: { code: 'idempotency-key-reused' } });
+  // A peek finds no answer yet, so the gateway goes on to the write: not a replay of nothing.
+  const peeked = await host.handle({ kind: 'idem.peek', tenant: 't1', partition: 9, idem: tag('taken') });
+  t.like(peeked, { ok: true, value: null });
+  t.falsy(peeked.replayed);
+  // The write (in this store too) runs under the take's expiry, and its answer replaces the mark.
+  const first = await host.handle(create('t1', { ...tag('taken'), until }));
+  t.true(first.ok, JSON.stringify(first));
+  t.falsy(first.replayed);
+  t.is(first.keptUntil, until);
+  const retry = await host.handle(create('t1', tag('taken')));
+  t.true(retry.replayed);
+  t.is(idOf(retry), idOf(first));
+  t.like(await take('fp-1'), { ok: true, replayed: true, keptUntil: until });
+  t.like(await take('fp-2'), { ok: false, error: { code: 'idempotency-key-reused' } });
+  t.like(await host.handle(create('t1', tag('taken', 'fp-2'))), { ok: false, error: { code: 'idempotency-key-reused' } });
+});

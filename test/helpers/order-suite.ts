@@ -77,7 +77,7 @@ export async function createProduct(t: T, c: Caller, body: Partial<ProductBody> 
   return { id: res.json.id as string, body: res.json };
 }
 
-interface Created {
+export interface Created {
   id: string;
   href: string;
   etag: string;

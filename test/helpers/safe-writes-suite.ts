@@ -5,7 +5,8 @@
 import { randomBytes } from 'node:crypto';
 import type { TestFn } from 'ava';
 import { Caller, HttpClient, type Reply } from './client.js';
-import { assertProblem, createOrder, createProduct, tenant, type SuiteContext, type T } from './order-suite.js';
+import { partitionOf } from '../../common/ids.js';
+import { assertProblem, createOrder, createProduct, tenant, type Created, type SuiteContext, type T } from './order-suite.js';
 
 const key = (): string => `key-${randomBytes(8).toString('hex')}`;
 
@@ -67,6 +68,37 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     t.is((await c.get(`/v1/orders/${first.json.id}`)).json.status, 'pending', 'the cancel did not run');
     t.is(await countOrders(t, c), 1);
     t.is((await c.get('/v1/products')).json.data.length, 0, 'the product was not created');
+  });
+
+  test('idempotency: one key on actions over two orders stored apart is 422 for the second, and the second runs nothing', async (t) => {
+    // Scope is tenant + key (CONTRACT §7). In cluster mode the two halves of the partitions are
+    // served by two actor nodes, each with its own store: the key is taken where it lives first.
+    const c = await tenant(t, 'idem');
+    const product = await createProduct(t, c, { price: 100 });
+    const apart = async (): Promise<[Created, Created]> => {
+      const made: Created[] = [];
+      while (!(made.some((o) => partitionOf(o.id) < 128) && made.some((o) => partitionOf(o.id) >= 128))) made.push(await createOrder(t, c, { items: [{ productId: product.id, quantity: 1 }] }));
+      return [made.find((o) => partitionOf(o.id) < 128)!, made.find((o) => partitionOf(o.id) >= 128)!];
+    };
+    for (const [first, second] of [await apart(), (await apart()).reverse() as [Created, Created]]) {
+      const k = key();
+      t.is((await c.post(`/v1/orders/${first.id}/cancel`, undefined, { 'idempotency-key': k })).status, 200);
+      assertProblem(t, await c.post(`/v1/orders/${second.id}/cancel`, undefined, { 'idempotency-key': k }), 422, 'idempotency-key-reused');
+      assertProblem(t, await c.post(`/v1/orders/${second.id}/items`, { productId: product.id, quantity: 1 }, { 'idempotency-key': k }), 422, 'idempotency-key-reused');
+      const untouched = await c.get(second.href);
+      t.is(untouched.json.status, 'pending');
+      t.is(untouched.headers.etag, second.etag, 'the second order is as it was');
+      // The first request's retry still replays; a fresh key acts on the second order.
+      t.true(replayed(await c.post(`/v1/orders/${first.id}/cancel`, undefined, { 'idempotency-key': k })));
+      t.is((await c.post(`/v1/orders/${second.id}/pay`, undefined, { 'idempotency-key': key() })).status, 200);
+      // Refunds of two paid orders under one key: the second is refused and starts nothing.
+      const kr = key();
+      t.is((await c.post('/v1/refunds', { orderId: second.id, amount: 50 }, { 'idempotency-key': kr })).status, 202);
+      const [third] = (await apart()).filter((o) => partitionOf(o.id) < 128 !== partitionOf(second.id) < 128);
+      t.is((await c.post(`/v1/orders/${third!.id}/pay`, undefined)).status, 200);
+      assertProblem(t, await c.post('/v1/refunds', { orderId: third!.id, amount: 50 }, { 'idempotency-key': kr }), 422, 'idempotency-key-reused');
+      t.is((await c.get(`/v1/refunds?orderId=${third!.id}`)).json.data.length, 0, 'no refund was started');
+    }
   });
 
   test('idempotency: a key over 255 characters, empty, or not printable ASCII is 400; the quoted form names the same key', async (t) => {
