@@ -98,6 +98,18 @@ export class BusClient {
   }
 
   /**
+   * The answer an earlier request left under `idem` at the owner of `partition` (a read,
+   * `idem.peek`), marked replayed; undefined when there is none. The key in flight, reused for
+   * another request, or its owner unreachable throws, as a write under it would.
+   */
+  async kept(tenant: string, partition: number, idem: IdemTag): Promise<Result<unknown> | undefined> {
+    const peeked = await this.bus.send({ kind: 'idem.peek', tenant, partition, idem });
+    if (peeked.replayed) return peeked; // a kept refusal too: the caller answers it again
+    if (!peeked.ok) throw fromWire(peeked.error);
+    return undefined;
+  }
+
+  /**
    * One write of a request whose answer joins several writes' results (a batch): the reply, and
    * whether it was kept from an earlier attempt and until when. Whether the request's answer is a
    * replay is left to the caller (markReplayed): it is one only if every part of it is.

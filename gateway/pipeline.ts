@@ -161,12 +161,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
       ctx.bus = deps.bus.withIdempotency(tag, p.replay!);
       if (route.replay) {
         const tenant = principalOf(ctx).tenant;
-        const peeked = await deps.bus.bus.send({ kind: 'idem.peek', tenant, partition: route.replay.partition(ctx), idem: tag });
-        if (peeked.replayed) {
-          replays.set(tenant, idempotencyKey, req, peeked);
-          return rendered(replayed(ctx, route, p, peeked), ctx, p);
+        const kept = await deps.bus.kept(tenant, route.replay.partition(ctx), tag);
+        if (kept) {
+          replays.set(tenant, idempotencyKey, req, kept);
+          return rendered(replayed(ctx, route, p, kept), ctx, p);
         }
-        if (!peeked.ok) throw fromWire(peeked.error); // in flight, reused, or unavailable
       }
       ctx.query = parseQuery(req.query, route);
       ctx.body = parseBody(req, route, deps.config);

@@ -329,9 +329,10 @@ export const orderBatchRoute: RouteDef = route({
  * run. A key in flight, reused, or whose owner cannot be reached throws, as sending would.
  */
 async function keptAnswer(ctx: Ctx, tenant: string, partition: number, idem: IdemTag): Promise<Sent<BatchOutcome[]> | undefined> {
-  const peeked = await ctx.bus.bus.send({ kind: 'idem.peek', tenant, partition, idem });
-  if (!peeked.ok) throw fromWire(peeked.error);
-  return peeked.replayed ? { value: peeked.value as BatchOutcome[], replayed: true, keptUntil: peeked.keptUntil } : undefined;
+  const kept = await ctx.bus.kept(tenant, partition, idem);
+  if (kept === undefined) return undefined;
+  if (!kept.ok) throw fromWire(kept.error);
+  return { value: kept.value as BatchOutcome[], replayed: true, keptUntil: kept.keptUntil };
 }
 
 /** Throws the first answer about the Idempotency-Key itself (reused, or in flight): it is the request's. */
