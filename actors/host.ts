@@ -5,7 +5,7 @@
 // its own acknowledged writes.
 
 import { performance } from 'node:perf_hooks';
-import type { ActorEndpoint } from '../common/bus.js';
+import type { ActorEndpoint, Admission } from '../common/bus.js';
 import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
 import { partitionFor, partitionOf } from '../common/ids.js';
@@ -284,14 +284,14 @@ export class ActorHost implements ActorEndpoint {
     return this.ownedEndpoints.of(e.tenant).length > 0;
   };
 
-  async handle(cmd: Command): Promise<Result<unknown>> {
+  async handle(cmd: Command, admission?: Admission): Promise<Result<unknown>> {
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
     const answered = this.read(cmd);
     if (answered) return answered;
     switch (cmd.kind) {
       case 'order.batch': {
         const orders = this.actors.order.table as unknown as Table<OrderRecord>;
-        return this.write(cmd, batchKeys(cmd), (now) => planBatch(cmd, orders, now));
+        return this.write(admission, cmd, batchKeys(cmd), (now) => planBatch(cmd, orders, now));
       }
       case 'user.create':
       case 'user.replace':
@@ -300,12 +300,12 @@ export class ActorHost implements ActorEndpoint {
         const users = this.actors.user.table as unknown as Table<UserRecord>;
         // A deleted user leaves no membership behind: same lock, same transaction.
         const cascade = (): Write<unknown>[] => dropMemberships(this.teamTables, cmd.tenant, byUser(cmd.id));
-        return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
+        return this.write(admission, cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
       }
       case 'webhook.create': {
         // Creates of one tenant take turns, so the count they check cannot be passed by a race.
         const bound = this.actors.webhook;
-        return this.write(cmd, [`webhooks\u0000${cmd.tenant}`, cmd.id], (now) => {
+        return this.write(admission, cmd, [`webhooks\u0000${cmd.tenant}`, cmd.id], (now) => {
           const held = this.store.scan(bound.table, { prefix: bound.def.listPrefix({ tenant: cmd.tenant } as ListQuery), after: undefined, reverse: false, limit: MAX_ENDPOINTS_PER_TENANT });
           if (held.length >= MAX_ENDPOINTS_PER_TENANT) {
             throw new ApiError('conflict', `A tenant has at most ${MAX_ENDPOINTS_PER_TENANT} webhook endpoints; delete one first.`);
@@ -314,7 +314,7 @@ export class ActorHost implements ActorEndpoint {
         });
       }
       case 'refund.create':
-        return this.write(cmd, [cmd.orderId], (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {
+        return this.write(admission, cmd, [cmd.orderId], (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {
           if (result.ok && !result.replayed) this.refunds.kick(result.value as OperationRecord);
           return result;
         });
@@ -323,17 +323,17 @@ export class ActorHost implements ActorEndpoint {
       case 'member.add':
       case 'member.patch':
       case 'member.remove':
-        return this.write(cmd, [usersLock(cmd.tenant), cmd.id], (now) => planTeamWrite(cmd, this.teamTables, now));
+        return this.write(admission, cmd, [usersLock(cmd.tenant), cmd.id], (now) => planTeamWrite(cmd, this.teamTables, now));
       case 'usage.add':
-        return this.write(cmd, [usageLock(cmd.partition)], () => planUsageAdd(cmd, this.usage));
+        return this.write(admission, cmd, [usageLock(cmd.partition)], () => planUsageAdd(cmd, this.usage));
       case 'idem.take':
-        return this.write(cmd, [], () => ({ writes: [], reply: null }));
+        return this.write(admission, cmd, [], () => ({ writes: [], reply: null }));
       case 'idem.peek':
       case 'user.batchGet':
         throw new Error('answered by read()');
       default: {
         const bound = this.actorFor(cmd);
-        return this.write(cmd, [cmd.id], (now) => this.plan(cmd, bound, now));
+        return this.write(admission, cmd, [cmd.id], (now) => this.plan(cmd, bound, now));
       }
     }
   }
@@ -576,8 +576,10 @@ export class ActorHost implements ActorEndpoint {
   /**
    * Admits a write: bounded, keyed, and run as one turn holding every key it names. A write with
    * an Idempotency-Key also holds the key, so two requests with one key never run side by side.
+   * A write whose sender gave up before its turn (`admission` in process, `budgetMs` over NATS)
+   * is dropped unrun.
    */
-  private write(cmd: Command, keys: string[], plan: (now: number) => Plan): Promise<Result<unknown>> {
+  private write(admission: Admission | undefined, cmd: Command, keys: string[], plan: (now: number) => Plan): Promise<Result<unknown>> {
     // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     let held = keys;
@@ -591,7 +593,7 @@ export class ActorHost implements ActorEndpoint {
     this.inflight++;
     return this.holding(held, () => {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
-      if (performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
+      if (admission ? !admission.start() : performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
       return this.turn(cmd, id, plan);
     }).finally(() => {
       this.inflight--;

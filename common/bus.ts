@@ -4,10 +4,37 @@
 
 import type { Command, Query, Result } from '../proto/messages.js';
 
+/**
+ * Whether a write may still start, settled once between a sender and a host in one process: the
+ * sender's deadline and the write's turn race for it, and the first wins. A write that started
+ * is awaited however long it then takes (a commit and its flush), so its sender never answers
+ * 503 for a write that is applied; a write whose sender gave up never starts.
+ */
+export class Admission {
+  private state: 'waiting' | 'started' | 'given up' = 'waiting';
+
+  /** The write's turn begins: false when the sender has given up on it. */
+  start(): boolean {
+    if (this.state === 'given up') return false;
+    this.state = 'started';
+    return true;
+  }
+
+  /** The sender's deadline passed: false when the write has started and must be awaited. */
+  giveUp(): boolean {
+    if (this.state === 'started') return false;
+    this.state = 'given up';
+    return true;
+  }
+}
+
 /** What an actor host offers to a bus: the same two calls the gateway makes. */
 export interface ActorEndpoint {
-  /** Handles one command for a key this host owns. Never throws: errors come back as data. */
-  handle(cmd: Command): Promise<Result<unknown>>;
+  /**
+   * Handles one command for a key this host owns. Never throws: errors come back as data. An
+   * in-process sender passes `admission`; a write's turn then starts only if it wins it.
+   */
+  handle(cmd: Command, admission?: Admission): Promise<Result<unknown>>;
   /** Answers a query for the partitions this host owns. Never throws. */
   query(q: Query): Promise<Result<unknown>>;
   /**

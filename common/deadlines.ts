@@ -3,6 +3,7 @@
 // handed to the actor host and the NATS one for replies on the wire.
 
 import type { Result } from '../proto/messages.js';
+import type { Admission } from './bus.js';
 
 /** The sweep's tick for requests allowed `timeoutMs`: a tenth of it, from 5 to 100 ms. */
 export function tickFor(timeoutMs: number): number {
@@ -74,22 +75,28 @@ const FAILED: Result<never> = { ok: false, error: { code: 'internal', detail: 'T
 interface Racing {
   deadline: number;
   resolve: (r: Result<never>) => void;
+  admission: Admission | undefined;
 }
 
 /**
- * Answers 503-shaped results for work that outlives the deadline (the work itself goes on), and
- * a 500-shaped one for work that throws.
+ * Answers 503-shaped results for work that outlives the deadline (the work itself goes on, or,
+ * for a write not yet started, never starts: Admission), and a 500-shaped one for work that
+ * throws.
  */
 export class Deadlines {
   private readonly pending: DeadlineSweep<Racing, Racing>;
 
   constructor(private readonly timeoutMs: number) {
-    this.pending = new DeadlineSweep(timeoutMs, (entry) => entry.resolve(TIMED_OUT));
+    this.pending = new DeadlineSweep(timeoutMs, (entry) => {
+      // A write already running is answered when it is done (its work's `then` below).
+      if (entry.admission?.giveUp() !== false) entry.resolve(TIMED_OUT);
+    });
   }
 
-  race<T>(work: Promise<Result<T>>): Promise<Result<T>> {
+  /** `admission`: the work is a write that, once started, is awaited past the deadline. */
+  race<T>(work: Promise<Result<T>>, admission?: Admission): Promise<Result<T>> {
     return new Promise((resolve) => {
-      const entry: Racing = { deadline: Date.now() + this.timeoutMs, resolve };
+      const entry: Racing = { deadline: Date.now() + this.timeoutMs, resolve, admission };
       this.pending.add(entry, entry);
       work.then(
         (r) => {

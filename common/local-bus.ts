@@ -1,4 +1,4 @@
-import type { ActorEndpoint, Bus } from './bus.js';
+import { Admission, type ActorEndpoint, type Bus } from './bus.js';
 import type { Command, Query, Result } from '../proto/messages.js';
 import { Deadlines } from './deadlines.js';
 
@@ -18,12 +18,15 @@ export class LocalBus implements Bus {
     return this.host.read?.(cmd);
   }
 
-  /** Sets the command's `budgetMs`: a command is built for one send, so it is not copied first. */
+  /**
+   * A write is answered 503 at its deadline only if its turn has not begun by then, and then
+   * never runs (Admission); one that has begun is answered when it is done.
+   */
   send(cmd: Command): Promise<Result<unknown>> {
     const answered = this.host.read?.(cmd);
     if (answered) return Promise.resolve(answered);
-    cmd.budgetMs = this.timeoutMs;
-    return this.deadlines.race(this.host.handle(cmd));
+    const admission = new Admission();
+    return this.deadlines.race(this.host.handle(cmd, admission), admission);
   }
 
   /** One host owns every partition this bus reaches, with one store of keys. */

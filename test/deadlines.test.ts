@@ -3,6 +3,7 @@
 
 import test from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Admission } from '../common/bus.js';
 import { DeadlineSweep, Deadlines, tickFor } from '../common/deadlines.js';
 
 test('the tick is a tenth of the timeout, from 5 to 100 ms', (t) => {
@@ -46,5 +47,22 @@ test('a race answers the work, "unavailable" past the deadline, "internal" when 
   t.like(late, { ok: false, error: { code: 'unavailable' } });
   t.true(Date.now() - started >= 50);
   t.like(await deadlines.race(Promise.reject(new Error('boom'))), { ok: false, error: { code: 'internal' } });
+  deadlines.close();
+});
+
+test('a write that started before its deadline is awaited past it; one that had not never starts', async (t) => {
+  const deadlines = new Deadlines(20);
+  // Started in time, done well after the deadline: its own answer, not 503.
+  const running = new Admission();
+  t.true(running.start());
+  const done = deadlines.race(sleep(80).then(() => ({ ok: true as const, value: 'applied' })), running);
+  t.deepEqual(await done, { ok: true, value: 'applied' });
+  // Still waiting at the deadline: 503, and the turn that comes later is refused its start.
+  const waiting = new Admission();
+  const started = Date.now();
+  const late = await deadlines.race(new Promise<never>(() => {}), waiting);
+  t.like(late, { ok: false, error: { code: 'unavailable' } });
+  t.true(Date.now() - started >= 20);
+  t.false(waiting.start(), 'given up: the write must not run');
   deadlines.close();
 });

@@ -3,8 +3,8 @@
 // a refused write leaves no trace, and the service serves again once the dependency is back.
 
 import { setTimeout as delay } from 'node:timers/promises';
-import test from 'ava';
-import { Api, type Reply } from './helpers/client.js';
+import test, { type ExecutionContext } from 'ava';
+import { Api, type Caller, type Reply } from './helpers/client.js';
 import { startCluster, startEmbedded } from './helpers/service.js';
 
 function versionOf(etag: string | undefined): number {
@@ -13,34 +13,97 @@ function versionOf(etag: string | undefined): number {
   return Number(m[1]);
 }
 
-function assertUnavailable(t: { is: (a: unknown, b: unknown, m?: string) => void; regex: (s: string, r: RegExp, m?: string) => void }, res: Reply): void {
+function assertUnavailable(t: ExecutionContext, res: Reply): void {
   t.is(res.status, 503, res.text);
   t.regex(res.headers['retry-after'] ?? '', /^\d+$/, 'Retry-After in whole seconds');
   t.is(res.json.type, '/problems/unavailable');
   t.is(res.json.traceId, res.headers['trace-id']);
 }
 
-test('a full mailbox is 503 with Retry-After, and the refused writes leave no trace', async (t) => {
-  const service = await startEmbedded({ MAILBOX_LIMIT: '4' });
+/** A caller of an embedded service started with `env`; the service is closed after `run`. */
+async function withEmbedded(env: Record<string, string>, tenant: string, run: (c: Caller) => Promise<void>): Promise<void> {
+  const service = await startEmbedded(env);
   const api = new Api(service.url, service.secret);
   try {
-    const c = await api.as('overload');
-    const created = await c.post('/v1/orders', { currency: 'EUR' });
-    t.is(created.status, 201);
-    const href = `/v1/orders/${created.json.id}`;
-    // 32 connections, one key, room for four: most have to be turned away.
-    const answers = await Promise.all(Array.from({ length: 96 }, (_, i) => c.patch(href, { note: `n${i}` })));
-    const ok = answers.filter((r) => r.status === 200);
-    const refused = answers.filter((r) => r.status !== 200);
-    t.true(refused.length > 0, 'some writes found the mailbox full');
-    for (const r of refused) assertUnavailable(t, r);
-    const after = await c.get(href);
-    t.is(versionOf(after.headers.etag), 1 + ok.length, 'exactly the acknowledged patches were applied');
-    t.true(ok.some((r) => r.json.note === after.json.note), 'the last write standing is an acknowledged one');
+    await run(await api.as(tenant));
   } finally {
     await api.close();
     await service.close();
   }
+}
+
+async function newOrder(t: ExecutionContext, c: Caller): Promise<string> {
+  const created = await c.post('/v1/orders', { currency: 'EUR' });
+  t.is(created.status, 201);
+  return `/v1/orders/${created.json.id}`;
+}
+
+/**
+ * 96 patches to one order at once (32 connections): the acknowledged ones, after checking that
+ * some were refused, each with a 503 `unavailable` and Retry-After.
+ */
+async function flood(t: ExecutionContext, c: Caller, href: string, why: string): Promise<Reply[]> {
+  const answers = await Promise.all(Array.from({ length: 96 }, (_, i) => c.patch(href, { note: `n${i}` })));
+  const refused = answers.filter((r) => r.status !== 200);
+  t.true(refused.length > 0, why);
+  for (const r of refused) assertUnavailable(t, r);
+  return answers.filter((r) => r.status === 200);
+}
+
+test('a full mailbox is 503 with Retry-After, and the refused writes leave no trace', async (t) => {
+  // One key, room for four: most have to be turned away.
+  await withEmbedded({ MAILBOX_LIMIT: '4' }, 'overload', async (c) => {
+    const href = await newOrder(t, c);
+    const ok = await flood(t, c, href, 'some writes found the mailbox full');
+    const after = await c.get(href);
+    t.is(versionOf(after.headers.etag), 1 + ok.length, 'exactly the acknowledged patches were applied');
+    t.true(ok.some((r) => r.json.note === after.json.note), 'the last write standing is an acknowledged one');
+  });
+});
+
+test('a write still queued at its deadline is 503 with Retry-After, and never runs after', async (t) => {
+  // 10 ms for every bus call: writes to one order run one after another, each flushed to disk,
+  // so most of 32 at once wait longer than that.
+  await withEmbedded({ BUS_TIMEOUT_MS: '10' }, 'overload-deadline', async (c) => {
+    const href = await newOrder(t, c);
+    const ok = await flood(t, c, href, 'some writes were still queued at their deadline');
+    // Whatever was answered 503 must not happen later: a retry of it would then run it twice.
+    // A write whose turn had begun is answered when done, past its deadline if need be.
+    await delay(200);
+    const after = await c.get(href);
+    t.is(after.status, 200);
+    t.is(versionOf(after.headers.etag), 1 + ok.length, 'exactly the acknowledged patches were applied');
+  });
+});
+
+test('a keyed write refused with 503 is not kept under its key: the retry runs, once', async (t) => {
+  await withEmbedded({ MAILBOX_LIMIT: '4' }, 'overload-keyed', async (c) => {
+    let refusedOnce = false;
+    // A cancel queued behind a burst of patches to its order finds the mailbox full (almost
+    // always at once; a few orders are tried in case one burst drained too soon).
+    for (let attempt = 0; attempt < 5 && !refusedOnce; attempt++) {
+      const href = await newOrder(t, c);
+      const key = { 'idempotency-key': `overload-${attempt}` };
+      const burst = Array.from({ length: 64 }, (_, i) => c.patch(href, { note: `n${i}` }));
+      const cancel = await c.post(`${href}/cancel`, undefined, key);
+      await Promise.all(burst);
+      if (cancel.status !== 503) {
+        t.is(cancel.status, 200, cancel.text);
+        continue;
+      }
+      refusedOnce = true;
+      assertUnavailable(t, cancel);
+      t.is((await c.get(href)).json.status, 'pending', 'the refused cancel did nothing');
+      const retry = await c.post(`${href}/cancel`, undefined, key);
+      t.is(retry.status, 200, `the retry runs: ${retry.text}`);
+      t.is(retry.headers['idempotent-replayed'], undefined, 'and is no replay of the 503');
+      t.is((await c.get(href)).json.status, 'cancelled');
+      const again = await c.post(`${href}/cancel`, undefined, key);
+      t.is(again.status, 200);
+      t.is(again.headers['idempotent-replayed'], 'true', 'what is kept is the answer that ran');
+    }
+    t.true(refusedOnce, 'a keyed cancel met a full mailbox');
+  });
 });
 
 test('cluster: with NATS gone every answer is a prompt 503 with Retry-After; once it is back the service serves again', async (t) => {
