@@ -2,6 +2,7 @@
 // naming the variable, before anything listens.
 
 import test from 'ava';
+import { hostSettings } from '../actors/host.js';
 import { ConfigError, loadConfig } from '../common/config.js';
 
 test('defaults load; REFUND_PROCESSING_MS and the retention settings are read', (t) => {
@@ -10,6 +11,15 @@ test('defaults load; REFUND_PROCESSING_MS and the retention settings are read', 
   t.is(c.operationRetentionHours, 24);
   t.is(c.eventRetentionDays, 30);
   t.is(loadConfig({ REFUND_PROCESSING_MS: '0' }).refundProcessingMs, 0);
+});
+
+test('IDEMPOTENCY_TTL_HOURS reaches the actor host as milliseconds, 24 hours by default', (t) => {
+  t.is(hostSettings(loadConfig({})).idempotencyTtlMs, 24 * 3600_000);
+  t.is(hostSettings(loadConfig({ IDEMPOTENCY_TTL_HOURS: '1' })).idempotencyTtlMs, 3600_000);
+  for (const value of ['0', '-1', '1.5', 'day']) {
+    const err = t.throws(() => loadConfig({ IDEMPOTENCY_TTL_HOURS: value }), { instanceOf: ConfigError });
+    t.regex(err.message, /IDEMPOTENCY_TTL_HOURS/, value);
+  }
 });
 
 test('a malformed or out-of-range value names its variable', (t) => {

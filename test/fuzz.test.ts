@@ -545,6 +545,9 @@ function checkAnswer(s: Sample, a: Answer): void {
   const context = `${s.method} ${s.target.slice(0, 200)}`;
   assert.ok(a.status < 500, `${context}: answered ${a.status}: ${a.text.slice(0, 300)}`);
   assert.ok(a.headers['trace-id'], `${context}: no Trace-Id on a ${a.status}`);
+  // CONTRACT §8: both fields on every answer, refusals of the edge and 429s included.
+  assert.match(a.headers['ratelimit-policy'] ?? '', /^"default";q=\d+;w=\d+$/, `${context}: RateLimit-Policy on a ${a.status}`);
+  assert.match(a.headers.ratelimit ?? '', /^"default";r=\d+;t=\d+$/, `${context}: RateLimit on a ${a.status}`);
   if (s.traceparent && s.headers.filter(([n]) => n.toLowerCase() === 'traceparent').length === 1) {
     if (s.traceparent.traceId) assert.equal(a.headers['trace-id'], s.traceparent.traceId, `${context}: the traceparent did not set the trace id`);
   }

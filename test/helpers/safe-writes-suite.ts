@@ -158,6 +158,41 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     }
   });
 
+  test('idempotency: while a request is queued or running, the same key is 409 with Retry-After and runs nothing', async (t) => {
+    const c = await tenant(t, 'idem-busy');
+    const product = await createProduct(t, c, { price: 100 });
+    const order = await createOrder(t, c);
+    const k = key();
+    // Clients of their own, so every request below is on the wire at once (one pool keeps 32).
+    const clients = Array.from({ length: 5 }, () => new HttpClient(c.http.baseUrl));
+    const [pairClient, ...floodClients] = clients.map((h) => new Caller(h, c.tenant, c.token));
+    try {
+      const add = (via: Caller): Promise<Reply> => via.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 1 }, { 'idempotency-key': k });
+      // Writes to one order run one at a time, each flushed to disk before the next. The first of
+      // the keyed pair waits behind these holding its key, so the other meets it in flight: in
+      // one process at once; over NATS once it has taken the key at its home, a flush later.
+      const ahead = floodClients.flatMap((via, j) => Array.from({ length: 30 }, (_, i) => via.patch(order.href, { note: `n${j}-${i}` })));
+      const pair = await Promise.all([add(pairClient!), add(pairClient!)]);
+      for (const r of await Promise.all(ahead)) t.is(r.status, 200, r.text);
+      const ran = pair.filter((r) => r.status === 201);
+      const busy = pair.filter((r) => r.status !== 201);
+      t.is(ran.length, 1, pair.map((r) => `${r.status} ${r.headers['idempotent-replayed'] ?? ''} ${r.text}`).join('\n'));
+      t.false(replayed(ran[0]!), 'the one that ran answers as a first request');
+      t.is(busy.length, 1);
+      assertProblem(t, busy[0]!, 409, 'idempotency-key-in-flight');
+      t.regex(busy[0]!.headers['retry-after'] ?? '', /^[1-9]\d*$/, 'Retry-After in whole seconds');
+      t.false(replayed(busy[0]!));
+      t.is((await c.get(`/v1/orders/${order.id}/items`)).json.data.length, 1, 'one item: the refused request ran nothing');
+      // Its retry, once the first has finished, replays the first's answer.
+      const retry = await add(c);
+      t.is(retry.status, 201, retry.text);
+      t.true(replayed(retry));
+      t.is(retry.text, ran[0]!.text);
+    } finally {
+      await Promise.all(clients.map((h) => h.close()));
+    }
+  });
+
   test('idempotency: a refusal decided by the order is replayed too; a request refused before it ran is not kept', async (t) => {
     const c = await tenant(t, 'idem');
     const order = await createOrder(t, c);
