@@ -8,7 +8,7 @@ export class LocalBus implements Bus {
 
   constructor(
     private readonly host: ActorEndpoint,
-    private readonly timeoutMs: number,
+    timeoutMs: number,
   ) {
     this.deadlines = new Deadlines(timeoutMs);
   }

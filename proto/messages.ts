@@ -235,9 +235,10 @@ interface Base {
   partition: number;
   idem?: IdemTag;
   /**
-   * Milliseconds the sender will still wait for the answer, set by the bus as it sends. A write
-   * still queued when its budget runs out is dropped unrun: the client was already told 503, and
-   * running it later would make a retry do the work twice.
+   * Milliseconds the sender will still wait for the answer, set by the NATS bus as it sends (the
+   * in-process bus settles this exactly instead: Admission). A write still queued when its budget
+   * runs out is dropped unrun: the client was already told 503, and running it later would make a
+   * retry do the work twice.
    */
   budgetMs?: number;
 }

@@ -4,7 +4,7 @@
 
 import { setTimeout as delay } from 'node:timers/promises';
 import test, { type ExecutionContext } from 'ava';
-import { Api, type Caller, type Reply } from './helpers/client.js';
+import { Api, Caller, HttpClient, type Reply } from './helpers/client.js';
 import { startCluster, startEmbedded } from './helpers/service.js';
 
 function versionOf(etag: string | undefined): number {
@@ -20,13 +20,19 @@ function assertUnavailable(t: ExecutionContext, res: Reply): void {
   t.is(res.json.traceId, res.headers['trace-id']);
 }
 
-/** A caller of an embedded service started with `env`; the service is closed after `run`. */
-async function withEmbedded(env: Record<string, string>, tenant: string, run: (c: Caller) => Promise<void>): Promise<void> {
+/**
+ * A caller of an embedded service started with `env`, and four more for the same tenant with
+ * pools of their own (one pool keeps 32 requests on the wire); all closed after `run`.
+ */
+async function withEmbedded(env: Record<string, string>, tenant: string, run: (c: Caller, more: Caller[]) => Promise<void>): Promise<void> {
   const service = await startEmbedded(env);
   const api = new Api(service.url, service.secret);
+  const pools = Array.from({ length: 4 }, () => new HttpClient(service.url));
   try {
-    await run(await api.as(tenant));
+    const c = await api.as(tenant);
+    await run(c, pools.map((h) => new Caller(h, c.tenant, c.token)));
   } finally {
+    await Promise.all(pools.map((h) => h.close()));
     await api.close();
     await service.close();
   }
@@ -39,11 +45,11 @@ async function newOrder(t: ExecutionContext, c: Caller): Promise<string> {
 }
 
 /**
- * 96 patches to one order at once (32 connections): the acknowledged ones, after checking that
- * some were refused, each with a 503 `unavailable` and Retry-After.
+ * 96 patches to one order from each caller, all at once: the acknowledged ones, after checking
+ * that some were refused, each with a 503 `unavailable` and Retry-After.
  */
-async function flood(t: ExecutionContext, c: Caller, href: string, why: string): Promise<Reply[]> {
-  const answers = await Promise.all(Array.from({ length: 96 }, (_, i) => c.patch(href, { note: `n${i}` })));
+async function flood(t: ExecutionContext, callers: Caller[], href: string, why: string): Promise<Reply[]> {
+  const answers = await Promise.all(callers.flatMap((c, j) => Array.from({ length: 96 }, (_, i) => c.patch(href, { note: `n${j}-${i}` }))));
   const refused = answers.filter((r) => r.status !== 200);
   t.true(refused.length > 0, why);
   for (const r of refused) assertUnavailable(t, r);
@@ -54,7 +60,7 @@ test('a full mailbox is 503 with Retry-After, and the refused writes leave no tr
   // One key, room for four: most have to be turned away.
   await withEmbedded({ MAILBOX_LIMIT: '4' }, 'overload', async (c) => {
     const href = await newOrder(t, c);
-    const ok = await flood(t, c, href, 'some writes found the mailbox full');
+    const ok = await flood(t, [c], href, 'some writes found the mailbox full');
     const after = await c.get(href);
     t.is(versionOf(after.headers.etag), 1 + ok.length, 'exactly the acknowledged patches were applied');
     t.true(ok.some((r) => r.json.note === after.json.note), 'the last write standing is an acknowledged one');
@@ -63,12 +69,12 @@ test('a full mailbox is 503 with Retry-After, and the refused writes leave no tr
 
 test('a write still queued at its deadline is 503 with Retry-After, and never runs after', async (t) => {
   // 10 ms for every bus call: writes to one order run one after another, each flushed to disk,
-  // so most of 32 at once wait longer than that.
-  await withEmbedded({ BUS_TIMEOUT_MS: '10' }, 'overload-deadline', async (c) => {
+  // so of 160 at once the later ones wait longer than that, however fast the disk.
+  await withEmbedded({ BUS_TIMEOUT_MS: '10' }, 'overload-deadline', async (c, more) => {
     const href = await newOrder(t, c);
-    const ok = await flood(t, c, href, 'some writes were still queued at their deadline');
+    const ok = await flood(t, [c, ...more], href, 'some writes were still queued at their deadline');
     // Whatever was answered 503 must not happen later: a retry of it would then run it twice.
-    // A write whose turn had begun is answered when done, past its deadline if need be.
+    // (A write whose turn had begun was answered when done, past its deadline if need be.)
     await delay(200);
     const after = await c.get(href);
     t.is(after.status, 200);
