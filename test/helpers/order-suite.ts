@@ -1057,6 +1057,25 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     t.is((await writer.get('/v1/orders')).json.data.length, 1);
   });
 
+  test('negotiation: hal+json is served with its own ETag, an unservable Accept is 406; a traceparent names the trace', async (t) => {
+    const c = await tenant(t, 'negotiate');
+    const order = await createOrder(t, c);
+    const hal = await c.get(order.href, { accept: 'application/hal+json' });
+    t.is(hal.status, 200, hal.text);
+    t.is(hal.headers['content-type'], 'application/hal+json');
+    t.deepEqual(hal.json, order.body);
+    t.truthy(hal.headers.etag);
+    t.not(hal.headers.etag, order.etag, 'one ETag per media type');
+    t.true(vary(hal).includes('accept'));
+    assertProblem(t, await c.get(order.href, { accept: 'text/html' }), 406, 'not-acceptable');
+    const trace = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const traced = await c.get(order.href, { traceparent: `00-${trace}-00f067aa0ba902b7-01` });
+    t.is(traced.headers['trace-id'], trace);
+    const missing = await c.get('/v1/orders/ord_nope', { traceparent: `00-${trace}-00f067aa0ba902b7-01` });
+    assertProblem(t, missing, 404, 'not-found');
+    t.is(missing.json.traceId, trace);
+  });
+
   test('no token, or a bad one, is 401 with WWW-Authenticate: Bearer', async (t) => {
     const owner = await tenant(t, 'auth');
     const o = await createOrder(t, owner);
