@@ -33,6 +33,12 @@ export interface RunningService {
   nats?: NatsServer;
   /** Each gateway's operator-plane gRPC port (with ADMIN_GRPC_PORT set), in the order of `urls`. */
   adminPorts: (number | undefined)[];
+  /**
+   * Cluster mode: SIGKILLs an actor node (`e2e-low` or `e2e-high`), or starts it again on its own
+   * data directory, resolving once it serves.
+   */
+  killNode?(nodeId: string): Promise<void>;
+  restartNode?(nodeId: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -95,6 +101,8 @@ export async function startEmbedded(env: Record<string, string> = {}, parts: Ser
 interface ActorNode {
   nodeId: string;
   stop(): Promise<void>;
+  /** SIGKILL, as a crash: no announcement, no clean close of LMDB. */
+  kill(): Promise<void>;
 }
 
 /** Spawns `node dist/actors/main.js` and resolves once it prints that it is serving. */
@@ -143,6 +151,12 @@ async function startActorNode(natsUrl: string, nodeId: string, partitions: strin
     clearTimeout(timer);
   }
 
+  async function kill(): Promise<void> {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill('SIGKILL');
+    await exited;
+  }
+
   let timer: NodeJS.Timeout | undefined;
   try {
     await Promise.race([
@@ -162,7 +176,7 @@ async function startActorNode(natsUrl: string, nodeId: string, partitions: strin
   } finally {
     clearTimeout(timer);
   }
-  return { nodeId, stop };
+  return { nodeId, stop, kill };
 }
 
 /** Polls a list until the gateway has an owner for every partition (it answers 503 until then). */
@@ -198,6 +212,7 @@ export async function startCluster(env: Record<string, string> = {}, actorEnv: R
   const nodes: ActorNode[] = [];
   let nats: NatsServer | undefined;
   const gateways: Service[] = [];
+  const launch = new Map<string, () => Promise<ActorNode>>();
 
   const closeAll = async (): Promise<void> => {
     // Gateways first, so nothing is in flight when the nodes leave; NATS last.
@@ -213,10 +228,10 @@ export async function startCluster(env: Record<string, string> = {}, actorEnv: R
     const [lowDir, highDir, gatewayDir] = await Promise.all([tempDir('node-low'), tempDir('node-high'), tempDir('gateway')]);
     dirs.push(lowDir, highDir, gatewayDir);
     const shared = Object.fromEntries(Object.entries(env).filter(([k]) => !GATEWAY_ONLY.has(k)));
-    const started = await Promise.allSettled([
-      startActorNode(natsUrl, 'e2e-low', '0-127', lowDir, { ...shared, ...actorEnv['e2e-low'] }),
-      startActorNode(natsUrl, 'e2e-high', '128-255', highDir, { ...shared, ...actorEnv['e2e-high'] }),
-    ]);
+    for (const [nodeId, partitions, dir] of [['e2e-low', '0-127', lowDir], ['e2e-high', '128-255', highDir]] as const) {
+      launch.set(nodeId, () => startActorNode(natsUrl, nodeId, partitions, dir, { ...shared, ...actorEnv[nodeId] }));
+    }
+    const started = await Promise.allSettled([...launch.values()].map((start) => start()));
     for (const s of started) if (s.status === 'fulfilled') nodes.push(s.value);
     const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
     if (failed) throw failed.reason;
@@ -233,5 +248,17 @@ export async function startCluster(env: Record<string, string> = {}, actorEnv: R
   }
 
   const urls = gateways.map((g) => g.url);
-  return { mode: 'cluster', url: urls[0]!, urls, adminPorts: gateways.map((g) => g.adminPort), secret, nats, close: closeAll };
+  const nodeNamed = (nodeId: string): ActorNode => {
+    const node = nodes.find((n) => n.nodeId === nodeId);
+    if (!node) throw new Error(`no actor node ${nodeId}`);
+    return node;
+  };
+  const killNode = (nodeId: string): Promise<void> => nodeNamed(nodeId).kill();
+  const restartNode = async (nodeId: string): Promise<void> => {
+    const start = launch.get(nodeId);
+    if (!start) throw new Error(`no actor node ${nodeId}`);
+    const node = await start();
+    nodes.splice(nodes.indexOf(nodeNamed(nodeId)), 1, node);
+  };
+  return { mode: 'cluster', url: urls[0]!, urls, adminPorts: gateways.map((g) => g.adminPort), secret, nats, killNode, restartNode, close: closeAll };
 }
