@@ -253,8 +253,9 @@ export class NatsBus implements Bus {
     const xid = this.nextXid++;
     const x: Outstanding = { batch, settled: batch.map(() => false), left: batch.length, timer: undefined };
     const now = Date.now();
-    // A command is built for one send (BusClient.call), so its budget is set on it. A spread copy per command filled the gateway's old space under load, a mark-compact
-    // every 200 ms (bench/README.md, "Evening of 2026-11-24").
+    // A command is built for one send (BusClient.call), so its budget is set on it. A spread copy
+    // per command filled the gateway's old space under load, a mark-compact every 200 ms
+    // (bench/README.md, "Evening of 2026-11-24").
     for (const p of batch) p.cmd.budgetMs = Math.max(1, p.deadline - now);
     const payload = encode({ v: 1, commands: batch.map((p) => p.cmd), late: { to: this.lateSubject, xid } });
     if (!payload) return this.settleRest(xid, x, UNENCODABLE);

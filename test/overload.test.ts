@@ -4,7 +4,7 @@
 
 import { setTimeout as delay } from 'node:timers/promises';
 import test, { type ExecutionContext } from 'ava';
-import { Api, Caller, HttpClient, type Reply } from './helpers/client.js';
+import { Api, callersOn, type Caller, type Reply } from './helpers/client.js';
 import { startCluster, startEmbedded } from './helpers/service.js';
 
 function versionOf(etag: string | undefined): number {
@@ -22,17 +22,20 @@ function assertUnavailable(t: ExecutionContext, res: Reply): void {
 
 /**
  * A caller of an embedded service started with `env`, and four more for the same tenant with
- * pools of their own (one pool keeps 32 requests on the wire); all closed after `run`.
+ * pools of their own (callersOn); all closed after `run`.
  */
 async function withEmbedded(env: Record<string, string>, tenant: string, run: (c: Caller, more: Caller[]) => Promise<void>): Promise<void> {
   const service = await startEmbedded(env);
   const api = new Api(service.url, service.secret);
-  const pools = Array.from({ length: 4 }, () => new HttpClient(service.url));
   try {
     const c = await api.as(tenant);
-    await run(c, pools.map((h) => new Caller(h, c.tenant, c.token)));
+    const more = callersOn(c, Array.from({ length: 4 }, () => service.url));
+    try {
+      await run(c, more.callers);
+    } finally {
+      await more.close();
+    }
   } finally {
-    await Promise.all(pools.map((h) => h.close()));
     await api.close();
     await service.close();
   }

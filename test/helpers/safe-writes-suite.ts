@@ -4,7 +4,7 @@
 
 import { randomBytes } from 'node:crypto';
 import type { TestFn } from 'ava';
-import { Caller, HttpClient, type Reply } from './client.js';
+import { callersOn, type Caller, type Reply } from './client.js';
 import { partitionOf } from '../../common/ids.js';
 import { assertProblem, createOrder, createProduct, tenant, type Created, type SuiteContext, type T } from './order-suite.js';
 
@@ -18,12 +18,6 @@ async function countOrders(t: T, c: Caller): Promise<number> {
 
 function replayed(res: Reply): boolean {
   return res.headers['idempotent-replayed'] === 'true';
-}
-
-/** The same caller through every gateway of the service. */
-function everyGateway(t: T, c: Caller): { callers: Caller[]; close: () => Promise<void> } {
-  const clients = t.context.service.urls.map((u) => new HttpClient(u));
-  return { callers: clients.map((h) => new Caller(h, c.tenant, c.token)), close: async () => void (await Promise.all(clients.map((h) => h.close()))) };
 }
 
 export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
@@ -132,7 +126,7 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
 
   test('idempotency: concurrent identical creates through every gateway make exactly one order', async (t) => {
     const c = await tenant(t, 'idem-race');
-    const { callers, close } = everyGateway(t, c);
+    const { callers, close } = callersOn(c, t.context.service.urls);
     try {
       const k = key();
       const body = { currency: 'EUR', note: 'race' };
@@ -163,9 +157,9 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     const product = await createProduct(t, c, { price: 100 });
     const order = await createOrder(t, c);
     const k = key();
-    // Clients of their own, so every request below is on the wire at once (one pool keeps 32).
-    const clients = Array.from({ length: 5 }, () => new HttpClient(c.http.baseUrl));
-    const [pairClient, ...floodClients] = clients.map((h) => new Caller(h, c.tenant, c.token));
+    // Pools of their own, so every request below is on the wire at once.
+    const { callers, close } = callersOn(c, Array.from({ length: 5 }, () => c.http.baseUrl));
+    const [pairClient, ...floodClients] = callers;
     try {
       const add = (via: Caller): Promise<Reply> => via.post(`/v1/orders/${order.id}/items`, { productId: product.id, quantity: 1 }, { 'idempotency-key': k });
       // Writes to one order run one at a time, each flushed to disk before the next. The first of
@@ -189,7 +183,7 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
       t.true(replayed(retry));
       t.is(retry.text, ran[0]!.text);
     } finally {
-      await Promise.all(clients.map((h) => h.close()));
+      await close();
     }
   });
 

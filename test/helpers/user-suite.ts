@@ -3,7 +3,7 @@
 // embedded mode and against two gateways over NATS in cluster mode.
 
 import type { TestFn } from 'ava';
-import { Caller, HttpClient } from './client.js';
+import { callersOn } from './client.js';
 import { assertProblem, tenant, type SuiteContext } from './order-suite.js';
 
 export function registerUserSuite(test: TestFn<SuiteContext>): void {
@@ -51,16 +51,15 @@ export function registerUserSuite(test: TestFn<SuiteContext>): void {
 
   test('users: concurrent creates with one email through every gateway make exactly one user', async (t) => {
     const c = await tenant(t, 'usr-race');
-    const clients = t.context.service.urls.map((u) => new HttpClient(u));
+    const { callers, close } = callersOn(c, t.context.service.urls);
     try {
-      const callers = clients.map((h) => new Caller(h, c.tenant, c.token));
       const answers = await Promise.all(Array.from({ length: 24 }, (_, i) => callers[i % callers.length]!.post('/v1/users', { email: `race@example.com`, name: `n${i}` })));
       t.is(answers.filter((r) => r.status === 201).length, 1, answers.map((r) => r.status).join(','));
       for (const r of answers.filter((x) => x.status !== 201)) assertProblem(t, r, 409, 'conflict');
       const list = await c.get('/v1/users');
       t.is(list.json.data.length, 1);
     } finally {
-      await Promise.all(clients.map((h) => h.close()));
+      await close();
     }
   });
 
