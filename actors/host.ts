@@ -580,15 +580,20 @@ export class ActorHost implements ActorEndpoint {
    * is dropped unrun.
    */
   private write(admission: Admission | undefined, cmd: Command, keys: string[], plan: (now: number) => Plan): Promise<Result<unknown>> {
-    // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
-    if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     let held = keys;
     const id = cmd.idem ? idemId(cmd.tenant, cmd.idem.key) : '';
     if (cmd.idem) {
-      // A kept answer is found in the turn (the gateway usually asked already, with idem.peek).
+      // Answered here, as idem.peek would answer, before any bound or queue: a retry of a kept
+      // request is replayed however busy its keys are (the gateway sends the write without
+      // asking first when nothing else comes before it). The turn looks again: a request with
+      // the key may have been queued meanwhile.
       if (this.keyBusy(id)) return Promise.resolve(IN_FLIGHT);
+      const prior = this.priorResult(this.idem.get(id), cmd.idem, cmd.kind === 'idem.take');
+      if (prior) return Promise.resolve(prior);
       held = [idemBox(id), ...keys];
     }
+    // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
+    if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
     this.inflight++;
     return this.holding(held, () => {

@@ -23,11 +23,33 @@ function isRead(cmd: Command): boolean {
   return SHARED_READS.has(cmd.kind as SharedReadKind) || cmd.kind === 'user.batchGet' || cmd.kind === 'idem.peek';
 }
 
+/**
+ * Where a request keeps the answer it would replay (RouteDef.replay): the owner of `partition`,
+ * in `tenant`'s key scope.
+ */
+export interface KeptAt {
+  tenant: string;
+  partition: number;
+}
+
+/** A kept answer found before the request's first command: the request is answered with it. */
+export class KeptAnswer {
+  constructor(readonly kept: Result<unknown>) {}
+}
+
 /** A request's Idempotency-Key, what its writes found, and its taking at home (BusClient.taken). */
 interface RequestKey {
   tag: IdemTag;
   seen: Replay;
   take?: Promise<Result<unknown>>;
+  /** Where to look for a kept answer before the first command, until that is settled. */
+  keptAt?: KeptAt;
+  /** The look, once begun: it rejects with a KeptAnswer when there is one. */
+  look?: Promise<void>;
+  /** The partition whose write answers for the look (its owner replays a kept answer itself). */
+  answersAt?: number;
+  /** The kept answer that write came back with. */
+  kept?: Result<unknown>;
 }
 
 function unwrap<T>(r: Result<unknown>): T {
@@ -43,10 +65,18 @@ export class BusClient {
 
   /**
    * The client for one request with an Idempotency-Key: its commands carry the key (the owner
-   * ignores it on reads), and a stored result coming back marks the answer as a replay.
+   * ignores it on reads), and a stored result coming back marks the answer as a replay. With
+   * `keptAt`, a kept answer there is looked for before the request's first command (which then
+   * rejects with a KeptAnswer), unless that command is the write the owner there keeps the
+   * answer of: the owner replays it from the write as the look would, one bus call fewer.
    */
-  withIdempotency(tag: IdemTag, seen: Replay): BusClient {
-    return new BusClient(this.bus, { tag, seen });
+  withIdempotency(tag: IdemTag, seen: Replay, keptAt?: KeptAt): BusClient {
+    return new BusClient(this.bus, { tag, seen, keptAt });
+  }
+
+  /** The kept answer this request's write came back with, when the owner replayed it from there. */
+  get keptAnswer(): Result<unknown> | undefined {
+    return this.idem?.kept;
   }
 
   /** The request's Idempotency-Key and fingerprint, when it has one. */
@@ -64,6 +94,8 @@ export class BusClient {
    * (`call` then). An error reply throws, as `call` rejects.
    */
   readNow<C extends Command>(cmd: C): ReplyMap[C['kind']] | undefined {
+    // Not before the kept answer is looked for: that takes a call.
+    if (this.idem?.keptAt) return undefined;
     const result = this.bus.read?.(cmd);
     return result === undefined ? undefined : unwrap(result);
   }
@@ -74,10 +106,43 @@ export class BusClient {
    */
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
     if (!this.idem) return unwrap(await this.bus.send(cmd));
+    if (this.idem.keptAt) await this.looked(cmd);
     cmd.idem ??= isRead(cmd) ? this.idem.tag : await this.taken(cmd);
     const result = await this.bus.send(cmd);
-    if (result.replayed) this.idem.seen.replayed = true;
+    if (result.replayed) {
+      this.idem.seen.replayed = true;
+      if (cmd.partition === this.idem.answersAt && !isRead(cmd)) this.idem.kept = result;
+    }
     return unwrap(result);
+  }
+
+  /**
+   * Settles whether the request has a kept answer, before `cmd` is sent. A write to the owner
+   * that keeps the answer, under the key's own scope there (no taking elsewhere first), is asked
+   * as it is: its owner answers a kept result before running anything (actors/host.ts write).
+   * Anything else waits for a look (`idem.peek`) first, so a retry never depends on what its
+   * first attempt read, or on those owners being up.
+   */
+  async looked(cmd?: Command & { tenant: string }): Promise<void> {
+    const idem = this.idem;
+    const at = idem?.keptAt;
+    if (!idem || !at) return;
+    if (idem.look === undefined && cmd && !isRead(cmd) && cmd.partition === at.partition && !this.apart(cmd)) {
+      idem.answersAt = at.partition;
+      idem.keptAt = undefined;
+      return;
+    }
+    idem.look ??= this.kept(at.tenant, at.partition, idem.tag).then((kept) => {
+      if (kept) throw new KeptAnswer(kept);
+      idem.keptAt = undefined;
+    });
+    await idem.look;
+  }
+
+  /** Whether a write of this request to `cmd.partition` takes its key at another store first. */
+  private apart(cmd: Command & { tenant: string }): boolean {
+    const home = partitionForPair(cmd.tenant, this.idem!.tag.key);
+    return cmd.partition !== home && this.bus.keptApart?.(home, cmd.partition) !== false;
   }
 
   /**
@@ -89,8 +154,8 @@ export class BusClient {
    */
   private async taken(cmd: Command & { tenant: string }): Promise<IdemTag> {
     const idem = this.idem!;
+    if (!this.apart(cmd)) return idem.tag;
     const home = partitionForPair(cmd.tenant, idem.tag.key);
-    if (cmd.partition === home || this.bus.keptApart?.(home, cmd.partition) === false) return idem.tag;
     idem.take ??= this.bus.send({ kind: 'idem.take', tenant: cmd.tenant, partition: home, idem: idem.tag });
     const took = await idem.take;
     if (!took.ok) throw fromWire(took.error); // reused, in flight, or its owner unavailable
@@ -115,6 +180,7 @@ export class BusClient {
    * replay is left to the caller (markReplayed): it is one only if every part of it is.
    */
   async send<C extends Command>(cmd: C): Promise<Sent<ReplyMap[C['kind']]>> {
+    if (this.idem?.keptAt) await this.looked();
     if (this.idem) cmd.idem ??= this.idem.tag;
     const result = await this.bus.send(cmd);
     return { value: unwrap(result), replayed: result.replayed === true, keptUntil: result.keptUntil };
@@ -127,6 +193,7 @@ export class BusClient {
 
   /** Every owner's answer to a query; any node failing fails the whole query. */
   async gather<Q extends Query>(q: Q): Promise<ReplyMap[Q['kind']][]> {
+    if (this.idem?.keptAt) await this.looked();
     const results = await this.bus.scatter(q);
     return results.map((r) => unwrap<ReplyMap[Q['kind']]>(r));
   }

@@ -13,7 +13,7 @@ import type { Config } from '../common/config.js';
 import { ApiError, type FieldError, fromWire } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import type { Authenticator, Principal } from './auth.js';
-import type { BusClient, Replay } from './bus-client.js';
+import { KeptAnswer, type BusClient, type Replay } from './bus-client.js';
 import type { Result } from '../proto/messages.js';
 import type { GatewayRequest, GatewayResponse, RequestHeaders } from './http-types.js';
 import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
@@ -152,24 +152,47 @@ export function createGateway(deps: GatewayDeps): Gateway {
     }
   }
 
-  /** A POST with an Idempotency-Key whose answer this gateway does not keep: the owner's kept one, or the handler's. */
+  /**
+   * A POST with an Idempotency-Key whose answer this gateway does not keep: the owner's kept one,
+   * or the handler's. The kept answer is looked for before the handler's first command, or found
+   * by that command itself when it is the write kept (BusClient.looked); a request refused by its
+   * query or body looks first, so a retry is never answered otherwise than its first attempt.
+   */
   async function unkept(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
     const req = ctx.req;
     const idempotencyKey = ctx.idempotencyKey!;
+    let keyed: BusClient | undefined;
     try {
       const tag = idemTag(req, idempotencyKey);
-      ctx.bus = deps.bus.withIdempotency(tag, p.replay!);
-      if (route.replay) {
-        const tenant = principalOf(ctx).tenant;
-        const kept = await deps.bus.kept(tenant, route.replay.partition(ctx), tag);
-        if (kept) {
-          replays.set(tenant, idempotencyKey, req, kept);
-          return rendered(replayed(ctx, route, p, kept), ctx, p);
-        }
+      keyed = deps.bus.withIdempotency(tag, p.replay!, route.replay && { tenant: principalOf(ctx).tenant, partition: route.replay.partition(ctx) });
+      ctx.bus = keyed;
+      try {
+        ctx.query = parseQuery(req.query, route);
+        ctx.body = parseBody(req, route, deps.config);
+      } catch (err) {
+        await keyed.looked();
+        throw err;
       }
-      ctx.query = parseQuery(req.query, route);
-      ctx.body = parseBody(req, route, deps.config);
-      return await handled(ctx, route, p);
+      const outcome = await route.handle(ctx);
+      keep(ctx, keyed.keptAnswer);
+      return rendered(outcome, ctx, p);
+    } catch (err) {
+      if (err instanceof KeptAnswer) return replayedNow(ctx, route, p, err.kept);
+      keep(ctx, keyed?.keptAnswer);
+      return failed(err, p);
+    }
+  }
+
+  /** A kept answer, for the next retry of the same request through this gateway. */
+  function keep(ctx: Ctx, kept: Result<unknown> | undefined): void {
+    if (kept) replays.set(principalOf(ctx).tenant, ctx.idempotencyKey!, ctx.req, kept);
+  }
+
+  /** A kept answer the owner gave before anything ran, answered and kept here. */
+  function replayedNow(ctx: Ctx, route: RouteDef, p: Pending, kept: Result<unknown>): GatewayResponse | Promise<GatewayResponse> {
+    try {
+      keep(ctx, kept);
+      return rendered(replayed(ctx, route, p, kept), ctx, p);
     } catch (err) {
       return failed(err, p);
     }

@@ -618,6 +618,7 @@ function gatewayOver(host: ActorHost, dir: string, refused: string[] = []): { gw
       return local.send(cmd);
     },
     scatter: (q) => local.scatter(q),
+    keptApart: () => local.keptApart(),
     close: () => local.close(),
   };
   return { gw: gatewayOn(dir, bus), kinds };
@@ -643,6 +644,41 @@ test('a keyed retry replays without reading what the first attempt read: a produ
   t.deepEqual(down.kinds, ['idem.peek'], 'the kept answer, asked for first, is all the retry needs');
 });
 
+test('a keyed create whose first command is its write sends only that write; its retry and a reuse are answered by the owner', async (t) => {
+  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('one-call') });
+  const orderCount = async (): Promise<number> => (await t.context.call({ method: 'GET', path: '/v1/orders', headers: bearer(tok) })).json<{ data: unknown[] }>().data.length;
+  const create: Call = { method: 'POST', path: '/v1/orders', headers: { ...bearer(tok), ...json, 'idempotency-key': 'one-call-1' }, body: { currency: 'EUR' } };
+  const first = gatewayOver(t.context.host, t.context.dir);
+  const made = await t.context.call(create, first.gw);
+  t.is(made.status, 201, made.text);
+  t.deepEqual(first.kinds, ['order.create'], 'no look for a kept answer first: the write finds it');
+  // Through a gateway that keeps nothing yet: the write is sent, and its owner replays.
+  const second = gatewayOver(t.context.host, t.context.dir);
+  const retry = await t.context.call(create, second.gw);
+  t.is(retry.status, 201, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.text, made.text);
+  t.deepEqual(second.kinds, ['order.create']);
+  // That gateway now keeps the answer: the next retry costs no bus call.
+  t.is((await t.context.call(create, second.gw)).text, made.text);
+  t.deepEqual(second.kinds, ['order.create']);
+  t.is(await orderCount(), 1, 'one order made');
+  // Another body under the key is refused as a reuse, even one that would fail validation: the
+  // key is looked up before the body's errors are answered.
+  const reused = await t.context.call({ ...create, body: { currency: 'EUR', note: 'other' } }, second.gw);
+  t.is(reused.status, 422, reused.text);
+  t.is(reused.json().type, '/problems/idempotency-key-reused');
+  const invalid = await t.context.call({ ...create, body: { currency: 'nope' } }, second.gw);
+  t.is(invalid.status, 422, invalid.text);
+  t.is(invalid.json().type, '/problems/idempotency-key-reused');
+  t.deepEqual(second.kinds, ['order.create', 'order.create', 'idem.peek']);
+  // A fresh key with an invalid body: the look finds nothing, and the body's errors are answered.
+  const fresh = await t.context.call({ ...create, headers: { ...create.headers, 'idempotency-key': 'one-call-2' }, body: { currency: 'nope' } }, second.gw);
+  t.is(fresh.status, 422, fresh.text);
+  t.is(fresh.json().type, '/problems/validation-failed');
+  t.is(await orderCount(), 1);
+});
+
 test('a keyed retry is answered while the writes it would queue behind fill the mailbox', async (t) => {
   const dir = await tempDir('pipeline-busy');
   const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 8, log: silentLog() });
@@ -654,14 +690,20 @@ test('a keyed retry is answered while the writes it would queue behind fill the 
     const first = await call(create);
     t.is(first.status, 201, first.text);
     // A tenant's users share one queue: these fill it, and the ones past its bound are refused.
-    const burst = Array.from({ length: 12 }, (_, i) => call({ method: 'POST', path: '/v1/users', headers: { ...bearer(tok), ...json }, body: { email: `b${i}@example.com` } }));
-    const retry = call(create);
+    const settled: string[] = [];
+    const noted = (name: string, a: Promise<Answer>): Promise<Answer> => a.then((answer) => (settled.push(`${name} ${answer.status}`), answer));
+    const burst = Array.from({ length: 12 }, (_, i) => noted('burst', call({ method: 'POST', path: '/v1/users', headers: { ...bearer(tok), ...json }, body: { email: `b${i}@example.com` } })));
+    // The retry comes once the burst has reached the queue.
+    await new Promise((resolve) => setImmediate(resolve));
+    const retry = noted('retry', call(create));
     const statuses = (await Promise.all(burst)).map((a) => a.status);
     t.true(statuses.includes(503), `the burst overflows the queue: ${statuses.join(' ')}`);
     const again = await retry;
     t.is(again.status, 201, again.text);
     t.is(again.headers['idempotent-replayed'], 'true');
     t.is(again.text, first.text);
+    // Answered before any write queued ahead of it was done: it did not wait its turn.
+    t.true(settled.indexOf('retry 201') < settled.indexOf('burst 201'), settled.join(', '));
   } finally {
     await host.close();
     await removeDir(dir);
