@@ -1,4 +1,5 @@
-// A model-based property run of the orders API over real HTTP (embedded service on port 0):
+// A model-based property run of the orders API over real HTTP (embedded service on port 0, and a
+// cluster: gateway, two actor nodes, nats-server):
 // fast-check generates sequences of commands (create with and without items, read, merge patch
 // and replacement with no If-Match, the current tag or a stale one, pay, cancel, delete, add an
 // item, list, touch a deleted order), runs each against the service and against a small
@@ -25,11 +26,11 @@
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import anyTest, { type TestFn } from 'ava';
+import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import fc from 'fast-check';
 import { ALL_SCOPES, Caller, HttpClient, type Reply, type SendOptions, mintToken } from './helpers/client.js';
 import { assertProperty, expectProblem } from './helpers/property-kit.js';
-import { startEmbedded, type RunningService } from './helpers/service.js';
+import { startCluster, startEmbedded, type RunningService } from './helpers/service.js';
 
 interface Context {
   service: RunningService;
@@ -836,19 +837,31 @@ async function freshWorld(http: HttpClient, secret: string): Promise<Real> {
   return { caller, products };
 }
 
-test('the orders API behaves as the model predicts, over any sequence of commands', async (t) => {
-  const http = new TallyingHttp(t.context.service.url);
+test('the orders API behaves as the model predicts, over any sequence of commands', (t) => modelHolds(t, t.context.service, 800));
+
+// Cluster mode: a gateway and two actor nodes splitting the partitions over a nats-server of
+// the test's own (a missing nats-server fails this test, never skips it). Fewer runs: every
+// command crosses NATS, and the embedded run above searches the same space more widely.
+test('the orders API behaves as the model predicts in cluster mode too', async (t) => {
+  const cluster = await startCluster();
+  t.teardown(() => cluster.close());
+  await modelHolds(t, cluster, 500);
+});
+
+/** The model run against `service`, with how many sequences to try. */
+async function modelHolds(t: ExecutionContext, service: RunningService, numRuns: number): Promise<void> {
+  const http = new TallyingHttp(service.url);
   t.teardown(() => http.close());
   await assertProperty(
     t,
     fc.asyncProperty(fc.commands([commandArb], { maxCommands: 30, size: 'max' }), async (cmds) => {
-      const real = await freshWorld(http, t.context.service.secret);
+      const real = await freshWorld(http, service.secret);
       const model: Model = { orders: [] };
       await fc.asyncModelRun(() => ({ model, real }), cmds);
       // Whatever the sequence did, every order still reads as the model says.
       for (const o of model.orders) await readOrder(o, real, `after the run, ${label('order', o, 'none')}`);
     }),
-    { numRuns: 800 },
+    { numRuns },
   );
   const byStatus = new Map<string, number>();
   for (const [key, n] of http.tally) {
@@ -858,4 +871,4 @@ test('the orders API behaves as the model predicts, over any sequence of command
   t.log(`answers by status: ${[...byStatus].sort().map(([status, n]) => `${status}: ${n}`).join(', ')}`);
   // Not a vacuous pass: the runs reached every outcome the model predicts for a write.
   for (const status of ['200', '201', '204', '404', '409', '412', '422']) t.true(byStatus.has(status), `no command was answered ${status}`);
-});
+}
