@@ -74,6 +74,11 @@ export class BusClient {
     return new BusClient(this.bus, { tag, seen, keptAt });
   }
 
+  /** Whether a kept answer is still to be looked for: no command has settled that yet. */
+  get unlooked(): boolean {
+    return this.idem?.keptAt !== undefined;
+  }
+
   /** The kept answer this request's write came back with, when the owner replayed it from there. */
   get keptAnswer(): Result<unknown> | undefined {
     return this.idem?.kept;

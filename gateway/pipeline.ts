@@ -155,8 +155,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
   /**
    * A POST with an Idempotency-Key whose answer this gateway does not keep: the owner's kept one,
    * or the handler's. The kept answer is looked for before the handler's first command, or found
-   * by that command itself when it is the write kept (BusClient.looked); a request refused by its
-   * query or body looks first, so a retry is never answered otherwise than its first attempt.
+   * by that command itself when it is the write kept (BusClient.looked). A request refused before
+   * any command (its query, its body, a check of the handler's) looks before it is answered: a
+   * kept answer, a reuse of the key or the key in flight comes first, as for any other request.
    */
   async function unkept(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
     const req = ctx.req;
@@ -166,20 +167,24 @@ export function createGateway(deps: GatewayDeps): Gateway {
       const tag = idemTag(req, idempotencyKey);
       keyed = deps.bus.withIdempotency(tag, p.replay!, route.replay && { tenant: principalOf(ctx).tenant, partition: route.replay.partition(ctx) });
       ctx.bus = keyed;
-      try {
-        ctx.query = parseQuery(req.query, route);
-        ctx.body = parseBody(req, route, deps.config);
-      } catch (err) {
-        await keyed.looked();
-        throw err;
-      }
+      ctx.query = parseQuery(req.query, route);
+      ctx.body = parseBody(req, route, deps.config);
+      if (route.replay?.lookFirst) await keyed.looked();
       const outcome = await route.handle(ctx);
       keep(ctx, keyed.keptAnswer);
       return rendered(outcome, ctx, p);
     } catch (err) {
-      if (err instanceof KeptAnswer) return replayedNow(ctx, route, p, err.kept);
+      let answer = err;
+      if (!(answer instanceof KeptAnswer) && keyed?.unlooked) {
+        try {
+          await keyed.looked();
+        } catch (found) {
+          answer = found;
+        }
+      }
+      if (answer instanceof KeptAnswer) return replayedNow(ctx, route, p, answer.kept);
       keep(ctx, keyed?.keptAnswer);
-      return failed(err, p);
+      return failed(answer, p);
     }
   }
 

@@ -117,11 +117,19 @@ export interface RouteDef {
   /**
    * For a POST that sends one write: where its Idempotency-Key's answer is kept, and how that
    * answer (the write's reply) renders. A retry is answered from it before the handler reads
-   * anything, so what changed since (a product deleted, the order moved on) cannot change it.
+   * anything over the bus, so what changed since (a product deleted, the order moved on) cannot
+   * change it: the gateway looks for it first, or, when the handler's first command is that
+   * write, the write's owner does (BusClient.looked). A handler refusing before its first
+   * command is looked for too, so a kept answer or a reuse of the key comes first.
    */
   replay?: {
     partition(ctx: Ctx): number;
     outcome(ctx: Ctx, reply: unknown): Outcome;
+    /**
+     * The handler asks the world outside the bus before its first command (a DNS lookup): the
+     * kept answer is looked for before the handler runs, so a retry never waits on that.
+     */
+    lookFirst?: boolean;
   };
 }
 

@@ -16,6 +16,8 @@ import { route, type RouteDef } from '../gateway/route.js';
 import { validateBody } from '../gateway/validate.js';
 import { ApiError } from '../common/errors.js';
 import { allPartitions } from '../common/partitions.js';
+import type { Resolver } from '../actors/webhook-target.js';
+import type { WebhookHooks } from '../gateway/webhook-wiring.js';
 import {
   ALL_SCOPES,
   type Answer,
@@ -78,9 +80,9 @@ const bearer = (tok: string): Record<string, string> => ({ authorization: `Beare
 const json = { 'content-type': 'application/json' };
 
 /** A gateway of its own over `bus`, with every route (and any `extra`), logging to `log`. */
-function gatewayOn(dir: string, bus: Bus, log = silentLog(), extra: RouteDef[] = []): Gateway {
+function gatewayOn(dir: string, bus: Bus, log = silentLog(), extra: RouteDef[] = [], hooks: WebhookHooks = {}): Gateway {
   const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET });
-  return createGateway({ routes: [...allRoutes(), ...extra], auth: new Authenticator(SECRET), bus: new BusClient(bus), config, log });
+  return createGateway({ routes: [...allRoutes(hooks), ...extra], auth: new Authenticator(SECRET), bus: new BusClient(bus), config, log });
 }
 
 async function createOrder(t: { context: Context }, tok: string, body: object = { currency: 'EUR' }): Promise<Record<string, unknown>> {
@@ -605,10 +607,10 @@ test('batch-get reads an actor node of the earlier release, which answers only t
   t.deepEqual(body.notFound, ['usr_nope']);
 });
 
-// ---- Idempotency-Key: a retry is answered before the handler reads or queues anything ----
+// ---- Idempotency-Key: a retry is answered before the handler reads anything or queues ----
 
 /** A gateway of its own over `host`, logging the kind of every bus message; `refused` kinds get 503. */
-function gatewayOver(host: ActorHost, dir: string, refused: string[] = []): { gw: Gateway; kinds: string[] } {
+function gatewayOver(host: ActorHost, dir: string, refused: string[] = [], hooks: WebhookHooks = {}): { gw: Gateway; kinds: string[] } {
   const kinds: string[] = [];
   const local = new LocalBus(host, 5000);
   const bus: Bus = {
@@ -621,7 +623,7 @@ function gatewayOver(host: ActorHost, dir: string, refused: string[] = []): { gw
     keptApart: () => local.keptApart(),
     close: () => local.close(),
   };
-  return { gw: gatewayOn(dir, bus), kinds };
+  return { gw: gatewayOn(dir, bus, silentLog(), [], hooks), kinds };
 }
 
 test('a keyed retry replays without reading what the first attempt read: a product owner down does not matter', async (t) => {
@@ -671,12 +673,44 @@ test('a keyed create whose first command is its write sends only that write; its
   const invalid = await t.context.call({ ...create, body: { currency: 'nope' } }, second.gw);
   t.is(invalid.status, 422, invalid.text);
   t.is(invalid.json().type, '/problems/idempotency-key-reused');
-  t.deepEqual(second.kinds, ['order.create', 'order.create', 'idem.peek']);
+  // One the handler refuses before any command (an item naming no product, by its id's shape).
+  const unpriced = await t.context.call({ ...create, body: { currency: 'EUR', items: [{ productId: 'no-such-shape', quantity: 1 }] } }, second.gw);
+  t.is(unpriced.status, 422, unpriced.text);
+  t.is(unpriced.json().type, '/problems/idempotency-key-reused');
+  t.deepEqual(second.kinds, ['order.create', 'order.create', 'idem.peek', 'idem.peek']);
   // A fresh key with an invalid body: the look finds nothing, and the body's errors are answered.
   const fresh = await t.context.call({ ...create, headers: { ...create.headers, 'idempotency-key': 'one-call-2' }, body: { currency: 'nope' } }, second.gw);
   t.is(fresh.status, 422, fresh.text);
   t.is(fresh.json().type, '/problems/validation-failed');
+  const freshUnpriced = await t.context.call({ ...create, headers: { ...create.headers, 'idempotency-key': 'one-call-3' }, body: { currency: 'EUR', items: [{ productId: 'no-such-shape', quantity: 1 }] } }, second.gw);
+  t.is(freshUnpriced.status, 422, freshUnpriced.text);
+  t.is(freshUnpriced.json().type, '/problems/validation-failed');
   t.is(await orderCount(), 1);
+});
+
+test("a keyed webhook endpoint create is replayed before the target's address is looked up again", async (t) => {
+  const tok = await token(SECRET, 'webhooks:read webhooks:write', { tenant: freshTenant('hook-key') });
+  let lookups = 0;
+  const resolver: Resolver = async () => {
+    lookups++;
+    return [{ address: '93.184.216.34', family: 4 }];
+  };
+  const create: Call = {
+    method: 'POST',
+    path: '/v1/webhook-endpoints',
+    headers: { ...bearer(tok), ...json, 'idempotency-key': 'hook-1' },
+    body: { endpointUrl: 'https://hooks.example.com/in', eventTypes: ['order.created'] },
+  };
+  const first = await t.context.call(create, gatewayOver(t.context.host, t.context.dir, [], { resolver }).gw);
+  t.is(first.status, 201, first.text);
+  t.is(lookups, 1);
+  const again = gatewayOver(t.context.host, t.context.dir, [], { resolver });
+  const retry = await t.context.call(create, again.gw);
+  t.is(retry.status, 201, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.text, first.text, 'the same signing secret');
+  t.is(lookups, 1, 'the retry did not wait on DNS');
+  t.deepEqual(again.kinds, ['idem.peek']);
 });
 
 test('a keyed retry is answered while the writes it would queue behind fill the mailbox', async (t) => {

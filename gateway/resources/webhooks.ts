@@ -198,7 +198,8 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
         const e = await ctx.bus.call({ kind: 'webhook.create', ...h, id: newId('webhookEndpoint', h.partition), input, secret: newSigningSecret() });
         return withSecret(e, 201);
       },
-      replay: { partition: (ctx) => home(ctx).partition, outcome: (_ctx, reply) => withSecret(reply as EndpointRecord, 201) },
+      // The target's addresses are checked first (checkUrl, DNS): a retry is answered before that.
+      replay: { partition: (ctx) => home(ctx).partition, outcome: (_ctx, reply) => withSecret(reply as EndpointRecord, 201), lookFirst: true },
     }),
 
     route({
