@@ -42,12 +42,15 @@ interface RequestKey {
   tag: IdemTag;
   seen: Replay;
   take?: Promise<Result<unknown>>;
-  /** Where to look for a kept answer before the first command, until that is settled. */
+  /** Where to look for a kept answer before the first command, until a command goes for that. */
   keptAt?: KeptAt;
-  /** The look, once begun: it rejects with a KeptAnswer when there is one. */
+  /**
+   * Under way: the look (`idem.peek`), or the write whose owner answers for it. Resolves once
+   * there is no kept answer; rejects with a KeptAnswer when there is one.
+   */
   look?: Promise<void>;
-  /** The partition whose write answers for the look (its owner replays a kept answer itself). */
-  answersAt?: number;
+  /** Settles `look` with the reply of the write that answers for it. */
+  answered?: (kept: Result<unknown> | undefined) => void;
   /** The kept answer that write came back with. */
   kept?: Result<unknown>;
 }
@@ -100,7 +103,7 @@ export class BusClient {
    */
   readNow<C extends Command>(cmd: C): ReplyMap[C['kind']] | undefined {
     // Not before the kept answer is looked for: that takes a call.
-    if (this.idem?.keptAt) return undefined;
+    if (this.idem && this.lookPending(this.idem)) return undefined;
     const result = this.bus.read?.(cmd);
     return result === undefined ? undefined : unwrap(result);
   }
@@ -110,38 +113,63 @@ export class BusClient {
    * write kept by another store than the key's home first takes the key at home (`taken`).
    */
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
-    if (!this.idem) return unwrap(await this.bus.send(cmd));
-    if (this.idem.keptAt) await this.looked(cmd);
-    cmd.idem ??= isRead(cmd) ? this.idem.tag : await this.taken(cmd);
-    const result = await this.bus.send(cmd);
-    if (result.replayed) {
-      this.idem.seen.replayed = true;
-      if (cmd.partition === this.idem.answersAt && !isRead(cmd)) this.idem.kept = result;
+    const idem = this.idem;
+    if (!idem) return unwrap(await this.bus.send(cmd));
+    const answers = this.lookPending(idem) ? await this.looked(cmd) : false;
+    let result: Result<unknown> | undefined;
+    try {
+      cmd.idem ??= isRead(cmd) ? idem.tag : await this.taken(cmd);
+      result = await this.bus.send(cmd);
+    } finally {
+      if (answers) {
+        idem.kept = result?.replayed ? result : undefined;
+        idem.answered!(idem.kept);
+      }
     }
+    if (result.replayed) idem.seen.replayed = true;
     return unwrap(result);
   }
 
   /**
-   * Settles whether the request has a kept answer, before `cmd` is sent. A write to the owner
-   * that keeps the answer, under the key's own scope there (no taking elsewhere first), is asked
-   * as it is: its owner answers a kept result before running anything (actors/host.ts write).
-   * Anything else waits for a look (`idem.peek`) first, so a retry never depends on what its
-   * first attempt read, or on those owners being up.
+   * Settles whether the request has a kept answer, before `cmd` is sent; true when `cmd` is the
+   * command that settles it. A write to the owner that keeps the answer, under the key's own
+   * scope there (no taking elsewhere first), is sent as it is: its owner answers a kept result
+   * before running anything (actors/host.ts write), and commands sent beside it wait for its
+   * reply. Anything else waits for a look (`idem.peek`) first, so a retry never depends on what
+   * its first attempt read, or on those owners being up.
    */
-  async looked(cmd?: Command & { tenant: string }): Promise<void> {
+  async looked(cmd?: Command & { tenant: string }): Promise<boolean> {
     const idem = this.idem;
-    const at = idem?.keptAt;
-    if (!idem || !at) return;
-    if (idem.look === undefined && cmd && !isRead(cmd) && cmd.partition === at.partition && !this.apart(cmd)) {
-      idem.answersAt = at.partition;
+    if (!idem) return false;
+    const at = idem.keptAt;
+    if (at !== undefined && idem.look === undefined && cmd && !isRead(cmd) && cmd.partition === at.partition && !this.apart(cmd)) {
       idem.keptAt = undefined;
-      return;
+      const look = new Promise<void>((resolve, reject) => {
+        idem.answered = (kept) => (kept ? reject(new KeptAnswer(kept)) : resolve());
+      });
+      idem.look = look;
+      // Handled here as well: most often no other command waits on it.
+      look.then(
+        () => {
+          if (idem.look === look) idem.look = undefined;
+        },
+        () => undefined,
+      );
+      return true;
     }
-    idem.look ??= this.kept(at.tenant, at.partition, idem.tag).then((kept) => {
-      if (kept) throw new KeptAnswer(kept);
-      idem.keptAt = undefined;
-    });
-    await idem.look;
+    if (at !== undefined) {
+      idem.look ??= this.kept(at.tenant, at.partition, idem.tag).then((kept) => {
+        if (kept) throw new KeptAnswer(kept);
+        idem.keptAt = undefined;
+        idem.look = undefined;
+      });
+    }
+    if (idem.look !== undefined) await idem.look;
+    return false;
+  }
+
+  private lookPending(idem: RequestKey): boolean {
+    return idem.keptAt !== undefined || idem.look !== undefined;
   }
 
   /** Whether a write of this request to `cmd.partition` takes its key at another store first. */
@@ -185,7 +213,7 @@ export class BusClient {
    * replay is left to the caller (markReplayed): it is one only if every part of it is.
    */
   async send<C extends Command>(cmd: C): Promise<Sent<ReplyMap[C['kind']]>> {
-    if (this.idem?.keptAt) await this.looked();
+    if (this.idem && this.lookPending(this.idem)) await this.looked();
     if (this.idem) cmd.idem ??= this.idem.tag;
     const result = await this.bus.send(cmd);
     return { value: unwrap(result), replayed: result.replayed === true, keptUntil: result.keptUntil };
@@ -198,7 +226,7 @@ export class BusClient {
 
   /** Every owner's answer to a query; any node failing fails the whole query. */
   async gather<Q extends Query>(q: Q): Promise<ReplyMap[Q['kind']][]> {
-    if (this.idem?.keptAt) await this.looked();
+    if (this.idem && this.lookPending(this.idem)) await this.looked();
     const results = await this.bus.scatter(q);
     return results.map((r) => unwrap<ReplyMap[Q['kind']]>(r));
   }

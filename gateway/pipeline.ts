@@ -158,6 +158,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
    * by that command itself when it is the write kept (BusClient.looked). A request refused before
    * any command (its query, its body, a check of the handler's) looks before it is answered: a
    * kept answer, a reuse of the key or the key in flight comes first, as for any other request.
+   * (A path naming no valid record has no place to look: route.replay.partition answers it 404.)
    */
   async function unkept(ctx: Ctx, route: RouteDef, p: Pending): Promise<GatewayResponse> {
     const req = ctx.req;

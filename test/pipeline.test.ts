@@ -12,7 +12,8 @@ import { allRoutes } from '../gateway/app.js';
 import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
-import { route, type RouteDef } from '../gateway/route.js';
+import { partitionForNew, principalOf, route, type RouteDef } from '../gateway/route.js';
+import { newId, partitionOf } from '../common/ids.js';
 import { validateBody } from '../gateway/validate.js';
 import { ApiError } from '../common/errors.js';
 import { allPartitions } from '../common/partitions.js';
@@ -686,6 +687,42 @@ test('a keyed create whose first command is its write sends only that write; its
   t.is(freshUnpriced.status, 422, freshUnpriced.text);
   t.is(freshUnpriced.json().type, '/problems/validation-failed');
   t.is(await orderCount(), 1);
+});
+
+test('a command sent beside the write that answers for the kept answer waits for its reply: a retry replays, whatever the other finds', async (t) => {
+  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('beside') });
+  const product = (await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'Beside', price: 100, currency: 'EUR' } })).json<{ id: string }>().id;
+  // A create that reads a product at the same time as it writes (no route does this yet).
+  const pair = route({
+    method: 'POST',
+    path: '/v1/test-pairs',
+    operationId: 'createPair',
+    summary: 'Writes an order while reading a product.',
+    tag: 'test',
+    scope: 'orders:write',
+    responses: {},
+    async handle(ctx) {
+      const tenant = principalOf(ctx).tenant;
+      const id = newId('order', partitionForNew(ctx));
+      const [order] = await Promise.all([
+        ctx.bus.call({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }),
+        ctx.bus.call({ kind: 'product.get', tenant, partition: partitionOf(product), id: product }),
+      ]);
+      return { status: 201, body: { id: order.id } };
+    },
+    replay: { partition: partitionForNew, outcome: (_ctx, reply) => ({ status: 201, body: { id: (reply as { id: string }).id } }) },
+  });
+  const bus = new LocalBus(t.context.host, 5000);
+  const create: Call = { method: 'POST', path: '/v1/test-pairs', headers: { ...bearer(tok), 'idempotency-key': 'pair-1' } };
+  const first = await t.context.call(create, gatewayOn(t.context.dir, bus, silentLog(), [pair]));
+  t.is(first.status, 201, first.text);
+  t.is((await t.context.call({ method: 'DELETE', path: `/v1/products/${product}`, headers: bearer(tok) })).status, 204);
+  // Through a gateway keeping nothing: the write is sent unasked; the read beside it, which
+  // would now be a 404, waits for the write's reply and is never sent.
+  const retry = await t.context.call(create, gatewayOn(t.context.dir, bus, silentLog(), [pair]));
+  t.is(retry.status, 201, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.text, first.text);
 });
 
 test("a keyed webhook endpoint create is replayed before the target's address is looked up again", async (t) => {
