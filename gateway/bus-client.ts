@@ -118,7 +118,8 @@ export class BusClient {
     const answers = this.lookPending(idem) ? await this.looked(cmd) : false;
     let result: Result<unknown> | undefined;
     try {
-      cmd.idem ??= isRead(cmd) ? idem.tag : await this.taken(cmd);
+      // The write that answers for the look is kept under the key's own scope: nothing to take.
+      cmd.idem ??= isRead(cmd) || answers ? idem.tag : await this.taken(cmd);
       result = await this.bus.send(cmd);
     } finally {
       if (answers) {
