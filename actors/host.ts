@@ -583,13 +583,11 @@ export class ActorHost implements ActorEndpoint {
     let held = keys;
     const id = cmd.idem ? idemId(cmd.tenant, cmd.idem.key) : '';
     if (cmd.idem) {
-      // Answered here, as idem.peek would answer, before any bound or queue: a retry of a kept
-      // request is replayed however busy its keys are (the gateway sends the write without
-      // asking first when nothing else comes before it). The turn looks again: a request with
-      // the key may have been queued meanwhile.
-      if (this.keyBusy(id)) return Promise.resolve(IN_FLIGHT);
-      const prior = this.priorResult(this.idem.get(id), cmd.idem, cmd.kind === 'idem.take');
-      if (prior) return Promise.resolve(prior);
+      // Answered here, as idem.peek answers, before any bound or queue: a retry of a kept request
+      // is replayed however busy its keys are (the gateway sends the write without asking first
+      // when nothing else comes before it). The turn reads the record again for its commit.
+      const found = this.keptOrBusy(id, cmd.idem, cmd.kind === 'idem.take');
+      if (found) return Promise.resolve(found);
       held = [idemBox(id), ...keys];
     }
     // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
@@ -659,16 +657,20 @@ export class ActorHost implements ActorEndpoint {
     }
   }
 
-  /**
-   * What a retry finds before doing anything: the key busy, the kept answer, or nothing (null).
-   * Busy first: the first request's answer is readable from its commit on, but is not on disk
-   * until its flush, and the key stays busy until then. A replay sent earlier would answer 2xx
-   * for a write a power cut could still lose (ARCHITECTURE property 2).
-   */
+  /** What a retry finds before doing anything (keptOrBusy), or nothing (null). */
   private peek(tenant: string, tag: IdemTag): Result<unknown> {
-    const id = idemId(tenant, tag.key);
+    return this.keptOrBusy(idemId(tenant, tag.key), tag) ?? { ok: true, value: null };
+  }
+
+  /**
+   * The key busy, the kept answer (or a reuse of the key), or undefined: what a request under the
+   * key meets before it queues. Busy first: the first request's answer is readable from its
+   * commit on, but is not on disk until its flush, and the key stays busy until then. A replay
+   * sent earlier would answer 2xx for a write a power cut could still lose (ARCHITECTURE 2).
+   */
+  private keptOrBusy(id: string, tag: IdemTag, taking = false): Result<unknown> | undefined {
     if (this.keyBusy(id)) return IN_FLIGHT;
-    return this.priorResult(this.idem.get(id), tag) ?? { ok: true, value: null };
+    return this.priorResult(this.idem.get(id), tag, taking);
   }
 
   /**
