@@ -649,7 +649,7 @@ export class ActorHost implements ActorEndpoint {
       if (writes.length) await this.store.commit(writes);
       if (emitted) this.dispatcher?.kick();
       // The expiry goes back with the answer: a batch keeps its other groups until then.
-      return keptUntil === undefined ? result : { ...result, keptUntil };
+      return keptUntil === undefined ? result : withExpiry(result, keptUntil);
     } catch (err) {
       return this.failed(stat, cmd.kind, err);
     } finally {
@@ -698,7 +698,7 @@ export class ActorHost implements ActorEndpoint {
     const result = rec.bytes ? this.keptRecord(rec.table!, rec.bytes) : rec.result!;
     // Bytes that cannot be read back are our failure, answered as one, never as a replay.
     if (rec.bytes && !result.ok) return result;
-    return { ...result, replayed: true, keptUntil: rec.expiresAt };
+    return asReplay(result, rec.expiresAt);
   }
 
   /** A record kept as bytes under a key; one naming a table this host has not opened is a fault of ours (500). */
@@ -794,4 +794,15 @@ function idemRecord(id: string, fingerprint: string, expiresAt: number, result: 
     }
   }
   return { id, fingerprint, expiresAt, result };
+}
+
+// The answer with its expiry, and its replay mark, built member by member: a spread of the
+// result gave every kept answer a map of its own, so each one missed V8's inline caches where it
+// was built and made megamorphic every site that reads answers (BusClient's unwrap among them).
+function withExpiry(result: Result<unknown>, keptUntil: number): Result<unknown> {
+  return result.ok ? { ok: true, value: result.value, keptUntil } : { ok: false, error: result.error, keptUntil };
+}
+
+function asReplay(result: Result<unknown>, keptUntil: number): Result<unknown> {
+  return result.ok ? { ok: true, value: result.value, replayed: true, keptUntil } : { ok: false, error: result.error, replayed: true, keptUntil };
 }
