@@ -10,7 +10,8 @@ import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
 import { partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
-import { Store, type IndexKey, type Table, type TableSpec, type Write } from '../storage/store.js';
+import { Store, type IndexKey, type Table, type Write } from '../storage/store.js';
+import { IDEMPOTENCY, idemRecord, type IdemRecord } from './idem-record.js';
 import {
   assertNever,
   type Command,
@@ -102,30 +103,6 @@ interface Bound {
   table: Table<Versioned>;
 }
 
-/**
- * What an Idempotency-Key's first request did, kept beside its effect (CONTRACT §7). A success
- * whose value is a record the same turn wrote (a new order, a paid one) keeps that record's
- * stored bytes, encoded once for both; any other answer keeps `result`.
- */
-interface IdemRecord {
-  id: string;
-  fingerprint: string;
-  expiresAt: number;
-  result?: Result<unknown>;
-  /** The table of the record kept as bytes. */
-  table?: string;
-  /** The record, as `table` stores it (lmdb-js hands back a copy on read). */
-  bytes?: Uint8Array;
-  /**
-   * The key only, taken at its home by `idem.take` for a request whose write another store keeps:
-   * no answer. That request's write runs (and, in this store, puts its answer here); any other
-   * request under the key is refused.
-   */
-  taken?: true;
-}
-
-// Keyed by tenant + key (the key's scope); indexed by expiry so the sweep reads only what is due.
-const IDEMPOTENCY: TableSpec<IdemRecord> = { name: 'idempotency', missesKept: true, indexKeys: (r) => [[r.expiresAt, r.id]] };
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 /** Open operations a resume pass reads at most, looking for ones to start. */
@@ -785,17 +762,6 @@ function isAfter(a: [string | number, string], b: [string | number, string]): bo
  * writes (the usual reply of a write) is kept as that record's bytes, which the turn's own write
  * then reuses: encoded once, not twice. Anything else is kept as it is.
  */
-function idemRecord(id: string, fingerprint: string, expiresAt: number, result: Result<unknown>, writes: Write<unknown>[]): IdemRecord {
-  if (result.ok && result.value !== undefined && result.value !== null) {
-    for (const w of writes) {
-      if (w.after !== result.value) continue;
-      w.encoded ??= w.table.encode(w.after);
-      return { id, fingerprint, expiresAt, table: w.table.spec.name, bytes: w.encoded };
-    }
-  }
-  return { id, fingerprint, expiresAt, result };
-}
-
 // The answer with its expiry, and its replay mark, built member by member: a spread of the
 // result gave every kept answer a map of its own, so each one missed V8's inline caches where it
 // was built and made megamorphic every site that reads answers (BusClient's unwrap among them).

@@ -8,7 +8,8 @@ import { ActorHost } from '../actors/host.js';
 import type { Command, IdemTag, OrderRecord, Result } from '../proto/messages.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { allPartitions } from '../common/partitions.js';
-import { Store, type TableSpec } from '../storage/store.js';
+import { RECORD_MARK, Store, type TableSpec } from '../storage/store.js';
+import { IDEMPOTENCY, idemCodec, type IdemRecord } from '../actors/idem-record.js';
 
 interface Context {
   dir: string;
@@ -66,8 +67,10 @@ test('a kept answer is the record as the first request left it, not as it is now
   await t.context.host.close();
   // The key's record holds the order's stored bytes, not a copy of the answer.
   const store = Store.open(dir);
-  const raw = store.table(IDEM_SPEC).get('t1\u0000snapshot') as Record<string, unknown> | undefined;
+  const raw = store.table(IDEMPOTENCY).get('t1\u0000snapshot') as Record<string, unknown> | undefined;
+  const stored = store.table(IDEMPOTENCY).db.getBinary('t1\u0000snapshot');
   await store.close();
+  t.is(stored?.[0], RECORD_MARK, 'in the fixed layout');
   t.truthy(raw?.bytes instanceof Uint8Array, 'kept as bytes');
   t.is(raw?.table, 'orders');
   t.is(raw?.result, undefined);
@@ -105,6 +108,55 @@ test('a key kept in the earlier format, the whole answer beside its id, still re
   // And the sweep still finds it by the expiry it was indexed under.
   t.context.clock.now += HOUR + 1;
   t.is(await host.sweepIdempotency(), 1);
+});
+
+test('a key kept by msgpackr with its record\'s bytes, as before the fixed layout, still replays and is swept', async (t) => {
+  const { dir, clock } = t.context;
+  const first = await t.context.host.handle(create('t1', tag('packed')));
+  t.true(first.ok);
+  await t.context.host.close();
+  // The same record, rewritten as msgpackr encodes it (the table without its codec).
+  const id = 't1\u0000packed';
+  const reader = Store.open(dir);
+  const kept = reader.table(IDEMPOTENCY).get(id)!;
+  await reader.close();
+  t.is(kept.table, 'orders');
+  const store = Store.open(dir);
+  const table = store.table(IDEM_SPEC);
+  const packed = { id, fingerprint: kept.fingerprint, expiresAt: kept.expiresAt, table: kept.table, bytes: kept.bytes };
+  await store.commit([{ table: table as never, id, before: kept, after: packed }]);
+  t.not(table.db.getBinary(id)?.[0], RECORD_MARK, 'written by msgpackr');
+  await store.close();
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, idempotencyTtlMs: TTL, now: () => clock.now, log: silentLog() });
+  t.context.host = host;
+  const retry = await host.handle(create('t1', tag('packed')));
+  t.true(retry.replayed);
+  t.deepEqual(retry.ok && retry.value, first.ok && first.value);
+  t.like(await host.handle(create('t1', tag('packed', 'fp-2'))), { ok: false, error: { code: 'idempotency-key-reused' } });
+  clock.now = kept.expiresAt + 1;
+  t.is(await host.sweepIdempotency(), 1);
+});
+
+test('the fixed layout gives back every kind of record it is given', (t) => {
+  const packed = new Map<string, Uint8Array>();
+  // msgpack stood in by JSON: the layout only carries its bytes.
+  const pack = (v: unknown): Uint8Array => Buffer.from(JSON.stringify(v));
+  const unpack = (b: Uint8Array): unknown => JSON.parse(Buffer.from(b).toString()) as unknown;
+  const records: IdemRecord[] = [
+    { id: 'a', fingerprint: 'fp-é-1', expiresAt: 1_767_225_600_123, taken: true },
+    { id: 'b', fingerprint: 'x'.repeat(43), expiresAt: 1, table: 'orders', bytes: Uint8Array.from([0xc1, 0, 255, 7]) },
+    { id: 'c', fingerprint: '', expiresAt: 2 ** 52, result: { ok: false, error: { code: 'not-found', detail: 'ünïcode' } } },
+    { id: 'd', fingerprint: 'fp', expiresAt: 5, result: { ok: true, value: null } },
+  ];
+  for (const r of records) {
+    const bytes = idemCodec.encode(r, pack);
+    t.is(bytes[0], RECORD_MARK);
+    packed.set(r.id, bytes);
+    const back = idemCodec.decode(Buffer.from(bytes), r.id, unpack);
+    if (r.bytes) t.deepEqual(Uint8Array.from(back.bytes!), r.bytes);
+    t.deepEqual({ ...back, bytes: undefined }, { ...r, bytes: undefined }, r.id);
+  }
+  t.throws(() => idemCodec.decode(Buffer.from([RECORD_MARK, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), 'z', unpack), { message: /unknown kind/ });
 });
 
 test('two writes with one key at once: the second is refused as in flight, not queued', async (t) => {
