@@ -563,9 +563,11 @@ export class ActorHost implements ActorEndpoint {
       // Answered here, as idem.peek answers, before any bound or queue: a retry of a kept request
       // is replayed however busy its keys are (the gateway sends the write without asking first
       // when nothing else comes before it). The turn reads the record again for its commit.
-      const found = this.keptOrBusy(id, cmd.idem, cmd.kind === 'idem.take');
+      // One string for the key's mailbox, looked up here and held below: V8 hashes it once.
+      const box = idemBox(id);
+      const found = this.keptOrBusy(id, box, cmd.idem, cmd.kind === 'idem.take');
       if (found) return Promise.resolve(found);
-      held = [idemBox(id), ...keys];
+      held = [box, ...keys];
     }
     // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
@@ -636,7 +638,8 @@ export class ActorHost implements ActorEndpoint {
 
   /** What a retry finds before doing anything (keptOrBusy), or nothing (null). */
   private peek(tenant: string, tag: IdemTag): Result<unknown> {
-    return this.keptOrBusy(idemId(tenant, tag.key), tag) ?? { ok: true, value: null };
+    const id = idemId(tenant, tag.key);
+    return this.keptOrBusy(id, idemBox(id), tag) ?? { ok: true, value: null };
   }
 
   /**
@@ -645,19 +648,19 @@ export class ActorHost implements ActorEndpoint {
    * commit on, but is not on disk until its flush, and the key stays busy until then. A replay
    * sent earlier would answer 2xx for a write a power cut could still lose (ARCHITECTURE 2).
    */
-  private keptOrBusy(id: string, tag: IdemTag, taking = false): Result<unknown> | undefined {
-    if (this.keyBusy(id)) return IN_FLIGHT;
+  private keptOrBusy(id: string, box: string, tag: IdemTag, taking = false): Result<unknown> | undefined {
+    if (this.keyBusy(id, box)) return IN_FLIGHT;
     return this.priorResult(this.idem.get(id), tag, taking);
   }
 
   /**
    * Whether a request with this key is queued or running. The sweeper deleting the key's expired
    * record holds the key's mailbox too, but is not one: a request then waits for it in the
-   * mailbox, where a 409 would send its client away for nothing.
+   * mailbox, where a 409 would send its client away for nothing. `box`: the key's mailbox name.
    */
-  private keyBusy(id: string): boolean {
-    const box = this.boxes.get(idemBox(id));
-    return box !== undefined && !(box.depth === 1 && this.expiring.has(id));
+  private keyBusy(id: string, box: string): boolean {
+    const mailbox = this.boxes.get(box);
+    return mailbox !== undefined && !(mailbox.depth === 1 && this.expiring.has(id));
   }
 
   /**
