@@ -174,9 +174,7 @@ export class Table<T> {
     const codec = this.spec.codec;
     if (!codec) return this.db.get(id);
     const bytes = this.db.getBinary(id);
-    if (bytes === undefined) return undefined;
-    if (bytes[0] !== RECORD_MARK) return this.decode(bytes);
-    return codec.decode(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length), id, this.unpack);
+    return bytes === undefined ? undefined : this.decode(bytes, id);
   }
 
   /**
@@ -188,8 +186,13 @@ export class Table<T> {
     return codec ? codec.encode(record, this.pack) : this.pack(record);
   }
 
-  /** The record msgpackr made these bytes from (a new, unfrozen object). */
-  decode(bytes: Uint8Array): T {
+  /**
+   * The record these bytes hold (a new, unfrozen object): bytes `encode` wrote, or msgpackr's. `id`
+   * is the record's key, which a codec need not store.
+   */
+  decode(bytes: Uint8Array, id = ''): T {
+    const codec = this.spec.codec;
+    if (codec && bytes[0] === RECORD_MARK) return codec.decode(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length), id, this.unpack);
     return this.unpack(bytes) as T;
   }
 
