@@ -760,11 +760,6 @@ function isAfter(a: [string | number, string], b: [string | number, string]): bo
   return a[0] !== b[0] ? a[0] > b[0] : a[1] > b[1];
 }
 
-/**
- * What an Idempotency-Key keeps of a turn's answer. A success whose value is a record the turn
- * writes (the usual reply of a write) is kept as that record's bytes, which the turn's own write
- * then reuses: encoded once, not twice. Anything else is kept as it is.
- */
 // The answer with its expiry, and its replay mark, built member by member: a spread of the
 // result gave every kept answer a map of its own, so each one missed V8's inline caches where it
 // was built and made megamorphic every site that reads answers (BusClient's unwrap among them).

@@ -29,7 +29,11 @@ export interface IdemRecord {
   taken?: true;
 }
 
-/** The record of a request's answer: the bytes of the record it wrote, when its value is one. */
+/**
+ * What an Idempotency-Key keeps of a turn's answer. A success whose value is a record the turn
+ * writes (the usual reply of a write) is kept as that record's bytes, which the turn's own write
+ * then reuses: encoded once, not twice. Anything else is kept as it is.
+ */
 export function idemRecord(id: string, fingerprint: string, expiresAt: number, result: Result<unknown>, writes: Write<unknown>[]): IdemRecord {
   if (result.ok && result.value !== undefined && result.value !== null) {
     for (const w of writes) {
