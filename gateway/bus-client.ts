@@ -143,7 +143,7 @@ export class BusClient {
     const idem = this.idem;
     if (!idem) return false;
     const at = idem.keptAt;
-    if (at !== undefined && idem.look === undefined && cmd && !isRead(cmd) && cmd.partition === at.partition && !this.apart(cmd)) {
+    if (at !== undefined && idem.look === undefined && cmd && !isRead(cmd) && cmd.partition === at.partition && this.homeApart(cmd) === undefined) {
       idem.keptAt = undefined;
       const look = new Promise<void>((resolve, reject) => {
         idem.answered = (kept) => (kept ? reject(new KeptAnswer(kept)) : resolve());
@@ -173,10 +173,13 @@ export class BusClient {
     return idem.keptAt !== undefined || idem.look !== undefined;
   }
 
-  /** Whether a write of this request to `cmd.partition` takes its key at another store first. */
-  private apart(cmd: Command & { tenant: string }): boolean {
+  /**
+   * The key's home partition when a write of this request to `cmd.partition` takes its key there
+   * first (another store keeps it); undefined when the write's own owner keeps the key.
+   */
+  private homeApart(cmd: Command & { tenant: string }): number | undefined {
     const home = partitionForPair(cmd.tenant, this.idem!.tag.key);
-    return cmd.partition !== home && this.bus.keptApart?.(home, cmd.partition) !== false;
+    return cmd.partition !== home && this.bus.keptApart?.(home, cmd.partition) !== false ? home : undefined;
   }
 
   /**
@@ -188,8 +191,8 @@ export class BusClient {
    */
   private async taken(cmd: Command & { tenant: string }): Promise<IdemTag> {
     const idem = this.idem!;
-    if (!this.apart(cmd)) return idem.tag;
-    const home = partitionForPair(cmd.tenant, idem.tag.key);
+    const home = this.homeApart(cmd);
+    if (home === undefined) return idem.tag;
     idem.take ??= this.bus.send({ kind: 'idem.take', tenant: cmd.tenant, partition: home, idem: idem.tag });
     const took = await idem.take;
     if (!took.ok) throw fromWire(took.error); // reused, in flight, or its owner unavailable
