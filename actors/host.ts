@@ -86,9 +86,12 @@ export function hostSettings(config: Config): Pick<HostOptions, 'mailboxLimit' |
 }
 
 interface Mailbox {
+  /** The last turn queued (IDLE only while the first one is being started). */
   tail: Promise<unknown>;
   depth: number;
 }
+
+const IDLE: Promise<unknown> = Promise.resolve();
 
 interface Stat {
   count: number;
@@ -577,9 +580,16 @@ export class ActorHost implements ActorEndpoint {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
       if (admission ? !admission.start() : performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
       return this.turn(cmd, id, plan);
-    }).finally(() => {
-      this.inflight--;
-    });
+    }).then(
+      (r) => {
+        this.inflight--;
+        return r;
+      },
+      (err: unknown) => {
+        this.inflight--;
+        throw err;
+      },
+    );
   }
 
   /**
@@ -738,20 +748,49 @@ export class ActorHost implements ActorEndpoint {
     return take(0);
   }
 
+  /**
+   * Runs `run` after everything queued under `key` before it. With nothing queued (most turns),
+   * it starts at once, in this call: waiting for an already resolved promise would only cost a
+   * promise and a turn of the microtask queue.
+   */
   private enqueue(key: string, run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
-    let box = this.boxes.get(key);
-    if (!box) {
-      box = { tail: Promise.resolve(), depth: 0 };
-      this.boxes.set(key, box);
+    let mine = this.boxes.get(key);
+    let result: Promise<Result<unknown>>;
+    if (mine === undefined) {
+      // A mailbox exists only while something is queued or running under its key (depth >= 1).
+      mine = { tail: IDLE, depth: 1 };
+      this.boxes.set(key, mine);
+      result = startNow(run);
+    } else {
+      if (mine.depth >= this.opts.mailboxLimit) return Promise.resolve(UNAVAILABLE('Too many pending changes to this resource; retry shortly.'));
+      mine.depth++;
+      result = mine.tail.then(run);
     }
-    if (box.depth >= this.opts.mailboxLimit) return Promise.resolve(UNAVAILABLE('Too many pending changes to this resource; retry shortly.'));
-    box.depth++;
-    const mine = box;
-    const result = mine.tail.then(run);
     mine.tail = result;
-    return result.finally(() => {
-      if (--mine.depth === 0 && this.boxes.get(key) === mine) this.boxes.delete(key);
-    });
+    const box = mine;
+    // Two handlers rather than `finally`, which costs three promises where this costs one.
+    const settle = (): void => {
+      if (--box.depth === 0 && this.boxes.get(key) === box) this.boxes.delete(key);
+    };
+    return result.then(
+      (r) => {
+        settle();
+        return r;
+      },
+      (err: unknown) => {
+        settle();
+        throw err;
+      },
+    );
+  }
+}
+
+/** `run`'s promise, started in this call; a synchronous throw becomes its rejection. */
+function startNow(run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
+  try {
+    return run();
+  } catch (err) {
+    return Promise.reject(err);
   }
 }
 
