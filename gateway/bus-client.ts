@@ -45,14 +45,34 @@ interface RequestKey {
   /** Where to look for a kept answer before the first command, until a command goes for that. */
   keptAt?: KeptAt;
   /**
-   * Under way: the look (`idem.peek`), or the write whose owner answers for it. Resolves once
-   * there is no kept answer; rejects with a KeptAnswer when there is one.
+   * The look under way (`idem.peek`), or a promise of the answer of the write that answers for
+   * it, made only once a command has to wait for that write. Resolves once there is no kept
+   * answer; rejects with a KeptAnswer when there is one, and stays rejected then.
    */
   look?: Promise<void>;
-  /** Settles `look` with the reply of the write that answers for it. */
+  /** The write that answers for the look is under way. */
+  answering?: boolean;
+  /** Settles `look` with the reply of that write, when a command waits for it. */
   answered?: (kept: Result<unknown> | undefined) => void;
   /** The kept answer that write came back with. */
   kept?: Result<unknown>;
+}
+
+/**
+ * The write that answers for the look has its reply: a kept answer, or none. A command waiting
+ * for it learns which; one sent later meets the kept answer as a rejected look, as a waiter would.
+ */
+function settleLook(idem: RequestKey, kept: Result<unknown> | undefined): void {
+  idem.kept = kept;
+  idem.answering = false;
+  if (idem.answered) {
+    idem.answered(kept);
+    idem.answered = undefined;
+  } else if (kept) {
+    const look = Promise.reject(new KeptAnswer(kept));
+    look.catch(() => undefined);
+    idem.look = look;
+  }
 }
 
 function unwrap<T>(r: Result<unknown>): T {
@@ -122,10 +142,7 @@ export class BusClient {
       cmd.idem ??= isRead(cmd) || answers ? idem.tag : await this.taken(cmd);
       result = await this.bus.send(cmd);
     } finally {
-      if (answers) {
-        idem.kept = result?.replayed ? result : undefined;
-        idem.answered!(idem.kept);
-      }
+      if (answers) settleLook(idem, result?.replayed ? result : undefined);
     }
     if (result.replayed) idem.seen.replayed = true;
     return unwrap(result);
@@ -144,19 +161,22 @@ export class BusClient {
     if (!idem) return false;
     const at = idem.keptAt;
     if (at !== undefined && idem.look === undefined && cmd && !isRead(cmd) && cmd.partition === at.partition && this.homeApart(cmd) === undefined) {
+      // Most often no other command waits for this one: no promise is made for them until one does.
       idem.keptAt = undefined;
+      idem.answering = true;
+      return true;
+    }
+    if (idem.answering && idem.look === undefined) {
       const look = new Promise<void>((resolve, reject) => {
         idem.answered = (kept) => (kept ? reject(new KeptAnswer(kept)) : resolve());
       });
       idem.look = look;
-      // Handled here as well: most often no other command waits on it.
       look.then(
         () => {
           if (idem.look === look) idem.look = undefined;
         },
         () => undefined,
       );
-      return true;
     }
     if (at !== undefined) {
       idem.look ??= this.kept(at.tenant, at.partition, idem.tag).then((kept) => {
@@ -170,7 +190,7 @@ export class BusClient {
   }
 
   private lookPending(idem: RequestKey): boolean {
-    return idem.keptAt !== undefined || idem.look !== undefined;
+    return idem.keptAt !== undefined || idem.look !== undefined || idem.answering === true;
   }
 
   /**

@@ -689,28 +689,38 @@ test('a keyed create whose first command is its write sends only that write; its
   t.is(await orderCount(), 1);
 });
 
-test('a command sent beside the write that answers for the kept answer waits for its reply: a retry replays, whatever the other finds', async (t) => {
-  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('beside') });
-  const product = (await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'Beside', price: 100, currency: 'EUR' } })).json<{ id: string }>().id;
-  // A create that reads a product at the same time as it writes (no route does this yet).
-  const pair = route({
+/**
+ * A keyed create route for these tests (no real route does this yet): `body` gets the order's
+ * write and a read of `product`, to send as it likes.
+ */
+function orderAndProductRoute(path: string, product: string, body: (write: () => Promise<{ id: string }>, read: () => Promise<{ id: string }>) => Promise<object>): RouteDef {
+  return route({
     method: 'POST',
-    path: '/v1/test-pairs',
-    operationId: 'createPair',
-    summary: 'Writes an order while reading a product.',
+    path,
+    operationId: `create${path.replace(/\W/g, '')}`,
+    summary: 'Writes an order and reads a product.',
     tag: 'test',
     scope: 'orders:write',
     responses: {},
     async handle(ctx) {
       const tenant = principalOf(ctx).tenant;
       const id = newId('order', partitionForNew(ctx));
-      const [order] = await Promise.all([
-        ctx.bus.call({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }),
-        ctx.bus.call({ kind: 'product.get', tenant, partition: partitionOf(product), id: product }),
-      ]);
-      return { status: 201, body: { id: order.id } };
+      const write = (): Promise<{ id: string }> =>
+        ctx.bus.call({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] });
+      const read = (): Promise<{ id: string }> => ctx.bus.call({ kind: 'product.get', tenant, partition: partitionOf(product), id: product });
+      return { status: 201, body: await body(write, read) };
     },
     replay: { partition: partitionForNew, outcome: (_ctx, reply) => ({ status: 201, body: { id: (reply as { id: string }).id } }) },
+  });
+}
+
+test('a command sent beside the write that answers for the kept answer waits for its reply: a retry replays, whatever the other finds', async (t) => {
+  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('beside') });
+  const product = (await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'Beside', price: 100, currency: 'EUR' } })).json<{ id: string }>().id;
+  // A create that reads a product at the same time as it writes (no route does this yet).
+  const pair = orderAndProductRoute('/v1/test-pairs', product, async (write, read) => {
+    const [order] = await Promise.all([write(), read()]);
+    return { id: order.id };
   });
   const bus = new LocalBus(t.context.host, 5000);
   const create: Call = { method: 'POST', path: '/v1/test-pairs', headers: { ...bearer(tok), 'idempotency-key': 'pair-1' } };
@@ -723,6 +733,33 @@ test('a command sent beside the write that answers for the kept answer waits for
   t.is(retry.status, 201, retry.text);
   t.is(retry.headers['idempotent-replayed'], 'true');
   t.is(retry.text, first.text);
+});
+
+test('a command sent after the write that answers for the kept answer came back kept is never sent: the retry replays', async (t) => {
+  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('after') });
+  const product = (await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'After', price: 100, currency: 'EUR' } })).json<{ id: string }>().id;
+  // A create that reads a product once its write is done (no route does this yet).
+  const sent: string[] = [];
+  const then = orderAndProductRoute('/v1/test-thens', product, async (write, read) => {
+    sent.push('order.create');
+    const order = await write();
+    sent.push('product.get');
+    return { id: order.id, product: (await read()).id };
+  });
+  const bus = new LocalBus(t.context.host, 5000);
+  const create: Call = { method: 'POST', path: '/v1/test-thens', headers: { ...bearer(tok), 'idempotency-key': 'then-1' } };
+  const first = await t.context.call(create, gatewayOn(t.context.dir, bus, silentLog(), [then]));
+  t.is(first.status, 201, first.text);
+  t.is(first.json<{ product: string }>().product, product);
+  t.is((await t.context.call({ method: 'DELETE', path: `/v1/products/${product}`, headers: bearer(tok) })).status, 204);
+  // Through a gateway keeping nothing: the write is sent unasked and comes back kept; the read
+  // after it, which would now be a 404, is never sent, and the answer is the kept one.
+  sent.length = 0;
+  const retry = await t.context.call(create, gatewayOn(t.context.dir, bus, silentLog(), [then]));
+  t.is(retry.status, 201, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.is(retry.json<{ id: string }>().id, first.json<{ id: string }>().id);
+  t.deepEqual(sent, ['order.create', 'product.get'], 'the handler went on, and its read was refused before it was sent');
 });
 
 test("a keyed webhook endpoint create is replayed before the target's address is looked up again", async (t) => {
