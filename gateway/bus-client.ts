@@ -135,7 +135,8 @@ export class BusClient {
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
     const idem = this.idem;
     if (!idem) return unwrap(await this.bus.send(cmd));
-    const answers = this.lookPending(idem) ? await this.looked(cmd) : false;
+    // The write that answers for the look is sent at once, without awaiting `looked`.
+    const answers = this.lookPending(idem) && (this.answersLook(idem, cmd) || (await this.looked(cmd)));
     let result: Result<unknown> | undefined;
     try {
       // The write that answers for the look is kept under the key's own scope: nothing to take.
@@ -159,13 +160,8 @@ export class BusClient {
   async looked(cmd?: Command & { tenant: string }): Promise<boolean> {
     const idem = this.idem;
     if (!idem) return false;
+    if (this.answersLook(idem, cmd)) return true;
     const at = idem.keptAt;
-    if (at !== undefined && idem.look === undefined && cmd && !isRead(cmd) && cmd.partition === at.partition && this.homeApart(cmd) === undefined) {
-      // Most often no other command waits for this one: no promise is made for them until one does.
-      idem.keptAt = undefined;
-      idem.answering = true;
-      return true;
-    }
     if (idem.answering && idem.look === undefined) {
       const look = new Promise<void>((resolve, reject) => {
         idem.answered = (kept) => (kept ? reject(new KeptAnswer(kept)) : resolve());
@@ -187,6 +183,18 @@ export class BusClient {
     }
     if (idem.look !== undefined) await idem.look;
     return false;
+  }
+
+  /**
+   * Whether `cmd` is the write that answers for the look (see `looked`), which it then is. Most
+   * often no other command waits for it: no promise is made for them until one does.
+   */
+  private answersLook(idem: RequestKey, cmd?: Command & { tenant: string }): boolean {
+    const at = idem.keptAt;
+    if (at === undefined || idem.look !== undefined || !cmd || isRead(cmd) || cmd.partition !== at.partition || this.homeApart(cmd) !== undefined) return false;
+    idem.keptAt = undefined;
+    idem.answering = true;
+    return true;
   }
 
   private lookPending(idem: RequestKey): boolean {
