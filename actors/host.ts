@@ -369,12 +369,16 @@ export class ActorHost implements ActorEndpoint {
     return this.sweepDue(this.idem as Table<unknown>, [], (id, now) => {
       // Marked, so the key is not taken for one in flight while its expired record is deleted.
       this.expiring.add(id);
-      return this.enqueue(idemBox(id), async () => {
-        const rec = this.idem.get(id);
-        if (!rec || rec.expiresAt > now) return { ok: true, value: false };
-        await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
-        return { ok: true, value: true };
-      })
+      return this.enqueue(
+        idemBox(id),
+        async () => {
+          const rec = this.idem.get(id);
+          if (!rec || rec.expiresAt > now) return { ok: true, value: false };
+          await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
+          return { ok: true, value: true };
+        },
+        true,
+      )
         .finally(() => this.expiring.delete(id))
         .then((r) => r.ok && r.value === true);
     });
@@ -731,38 +735,38 @@ export class ActorHost implements ActorEndpoint {
   }
 
   /**
-   * Runs `run` once it holds every key. Keys are taken in one global (sorted) order, so two
-   * turns that share keys queue behind each other and never wait on each other in a cycle.
+   * Runs `run` once it holds every key. Keys are taken all at once when none is held, or else in
+   * one global (sorted) order, so two turns that share keys queue behind each other and never
+   * wait on each other in a cycle.
    */
   private holding(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
-    if (keys.length === 1) return this.enqueue(keys[0]!, run);
-    if (keys.length === 2) {
-      // The common pair (a keyed write: its key and its record), taken in the same order.
-      const a = keys[0]!;
-      const b = keys[1]!;
-      if (a === b) return this.enqueue(a, run);
-      // Neither held (most keyed writes): both taken at once, and given back by one reaction.
-      if (!this.boxes.has(a) && !this.boxes.has(b)) return this.startHoldingBoth(a, b, run);
-      return a < b ? this.enqueue(a, () => this.enqueue(b, run)) : this.enqueue(b, () => this.enqueue(a, run));
-    }
-    const sorted = [...new Set(keys)].sort();
-    const take = (i: number): Promise<Result<unknown>> => (i === sorted.length ? run() : this.enqueue(sorted[i]!, () => take(i + 1)));
+    if (keys.length === 1) return this.enqueue(keys[0]!, run, true);
+    const distinct = keys.length === 2 ? (keys[0] === keys[1] ? [keys[0]!] : keys) : [...new Set(keys)];
+    if (distinct.length === 1) return this.enqueue(distinct[0]!, run, true);
+    // None held (most keyed writes, most batches): all taken at once, given back by one reaction.
+    if (distinct.every((key) => !this.boxes.has(key))) return this.startHoldingAll(distinct, run);
+    const sorted = distinct.length === 2 ? (distinct[0]! < distinct[1]! ? distinct : [distinct[1]!, distinct[0]!]) : distinct.sort();
+    // One at a time in the global order. Only the first is taken in this call: each next one
+    // after a turn of the microtask queue, so a batch of thousands of keys never nests thousands
+    // of calls deep.
+    const take = (i: number): Promise<Result<unknown>> => (i === sorted.length ? run() : this.enqueue(sorted[i]!, () => take(i + 1), i === 0));
     return take(0);
   }
 
   /**
-   * Runs `run` after everything queued under `key` before it. With nothing queued (most turns),
-   * it starts at once, in this call: waiting for an already resolved promise would only cost a
-   * promise and a turn of the microtask queue.
+   * Runs `run` after everything queued under `key` before it. With nothing queued (most turns)
+   * and `now`, it starts at once, in this call: waiting for an already resolved promise would only
+   * cost a promise and a turn of the microtask queue. (A turn started so must not queue under its
+   * own key before its first await: that one would not wait for it. None does.)
    */
-  private enqueue(key: string, run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
+  private enqueue(key: string, run: () => Promise<Result<unknown>>, now: boolean): Promise<Result<unknown>> {
     let mine = this.boxes.get(key);
     let result: Promise<Result<unknown>>;
     if (mine === undefined) {
       // A mailbox exists only while something is queued or running under its key (depth >= 1).
       mine = { tail: IDLE, depth: 1 };
       this.boxes.set(key, mine);
-      result = startNow(run);
+      result = now ? startNow(run) : IDLE.then(run);
     } else {
       if (mine.depth >= this.opts.mailboxLimit) return Promise.resolve(UNAVAILABLE('Too many pending changes to this resource; retry shortly.'));
       mine.depth++;
@@ -783,24 +787,26 @@ export class ActorHost implements ActorEndpoint {
     );
   }
 
-  /** `run`, started now holding two keys nothing holds, as enqueue(a, () => enqueue(b, run)) would. */
-  private startHoldingBoth(a: string, b: string, run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
-    const boxA: Mailbox = { tail: IDLE, depth: 1 };
-    const boxB: Mailbox = { tail: IDLE, depth: 1 };
-    this.boxes.set(a, boxA);
-    this.boxes.set(b, boxB);
+  /** `run`, started now holding `keys` (distinct, none held), as one after another would. */
+  private startHoldingAll(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
+    const boxes: Mailbox[] = [];
+    for (const key of keys) {
+      const box: Mailbox = { tail: IDLE, depth: 1 };
+      this.boxes.set(key, box);
+      boxes.push(box);
+    }
     const result = startNow(run);
-    boxA.tail = result;
-    boxB.tail = result;
+    for (const box of boxes) box.tail = result;
+    const releaseAll = (): void => {
+      for (let i = 0; i < keys.length; i++) this.release(keys[i]!, boxes[i]!);
+    };
     return result.then(
       (r) => {
-        this.release(a, boxA);
-        this.release(b, boxB);
+        releaseAll();
         return r;
       },
       (err: unknown) => {
-        this.release(a, boxA);
-        this.release(b, boxB);
+        releaseAll();
         throw err;
       },
     );
