@@ -744,7 +744,7 @@ export class ActorHost implements ActorEndpoint {
     const distinct = keys.length === 2 ? (keys[0] === keys[1] ? [keys[0]!] : keys) : [...new Set(keys)];
     if (distinct.length === 1) return this.enqueue(distinct[0]!, run, true);
     // None held (most keyed writes, most batches): all taken at once, given back by one reaction.
-    if (distinct.every((key) => !this.boxes.has(key))) return this.startHoldingAll(distinct, run);
+    if (this.noneHeld(distinct)) return this.startHoldingAll(distinct, run);
     const sorted = distinct.length === 2 ? (distinct[0]! < distinct[1]! ? distinct : [distinct[1]!, distinct[0]!]) : distinct.sort();
     // One at a time in the global order. Only the first is taken in this call: each next one
     // after a turn of the microtask queue, so a batch of thousands of keys never nests thousands
@@ -785,6 +785,11 @@ export class ActorHost implements ActorEndpoint {
         throw err;
       },
     );
+  }
+
+  private noneHeld(keys: string[]): boolean {
+    for (const key of keys) if (this.boxes.has(key)) return false;
+    return true;
   }
 
   /** `run`, started now holding `keys` (distinct, none held), as one after another would. */
