@@ -86,6 +86,7 @@ export function hostSettings(config: Config): Pick<HostOptions, 'mailboxLimit' |
 }
 
 interface Mailbox {
+  key: string;
   /** The last turn queued (IDLE only while the first one is being started). */
   tail: Promise<unknown>;
   depth: number;
@@ -764,7 +765,7 @@ export class ActorHost implements ActorEndpoint {
     let result: Promise<Result<unknown>>;
     if (mine === undefined) {
       // A mailbox exists only while something is queued or running under its key (depth >= 1).
-      mine = { tail: IDLE, depth: 1 };
+      mine = { key, tail: IDLE, depth: 1 };
       this.boxes.set(key, mine);
       result = now ? startNow(run) : IDLE.then(run);
     } else {
@@ -777,11 +778,11 @@ export class ActorHost implements ActorEndpoint {
     // Two handlers rather than `finally`, which costs three promises where this costs one.
     return result.then(
       (r) => {
-        this.release(key, box);
+        this.release(box);
         return r;
       },
       (err: unknown) => {
-        this.release(key, box);
+        this.release(box);
         throw err;
       },
     );
@@ -796,14 +797,14 @@ export class ActorHost implements ActorEndpoint {
   private startHoldingAll(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
     const boxes: Mailbox[] = [];
     for (const key of keys) {
-      const box: Mailbox = { tail: IDLE, depth: 1 };
+      const box: Mailbox = { key, tail: IDLE, depth: 1 };
       this.boxes.set(key, box);
       boxes.push(box);
     }
     const result = startNow(run);
     for (const box of boxes) box.tail = result;
     const releaseAll = (): void => {
-      for (let i = 0; i < keys.length; i++) this.release(keys[i]!, boxes[i]!);
+      for (const box of boxes) this.release(box);
     };
     return result.then(
       (r) => {
@@ -818,8 +819,8 @@ export class ActorHost implements ActorEndpoint {
   }
 
   /** One turn under `key` is over; the mailbox goes once nothing is left in it. */
-  private release(key: string, box: Mailbox): void {
-    if (--box.depth === 0 && this.boxes.get(key) === box) this.boxes.delete(key);
+  private release(box: Mailbox): void {
+    if (--box.depth === 0 && this.boxes.get(box.key) === box) this.boxes.delete(box.key);
   }
 }
 

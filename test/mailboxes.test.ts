@@ -1,6 +1,6 @@
 // The actor host's mailboxes, against a real host on LMDB: turns that share a key run one after
 // the other however they take it (alone, as a keyed write's pair, all at once or one by one),
-// and a turn holding thousands of keys starts and ends.
+// a turn holding thousands of keys starts and ends, and every mailbox is given back.
 
 import anyTest, { type TestFn } from 'ava';
 import { newId, partitionOf } from '../common/ids.js';
@@ -79,4 +79,24 @@ test('a batch holding thousands of keys runs, whether they are all free or one o
   t.is(done.length, N + 1);
   t.true(done.every((o) => o.ok), JSON.stringify(done.find((o) => !o.ok)));
   t.like(done[0], { ok: true, id: held, version: 2 }, 'the patch ran after the create it queued behind');
+});
+
+test('every mailbox is given back: with room for one turn per key, the writes after a keyed write and after a batch get in', async (t) => {
+  const dir = await tempDir('mailboxes-one');
+  const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 1, log: silentLog() });
+  try {
+    const id = newId('order', PARTITION);
+    valueOf(await host.handle(create(id)));
+    t.is(valueOf<OrderRecord>(await host.handle(patch(id, { a: '1' }, 'one'))).version, 2);
+    // A mailbox kept after its turn would refuse these (503), and answer the retry 409 in flight.
+    t.like(await host.handle(patch(id, { a: '1' }, 'one')), { ok: true, replayed: true });
+    t.is(valueOf<OrderRecord>(await host.handle(patch(id, { b: '2' }))).version, 3);
+    const ids = [id, ...Array.from({ length: 3 }, () => newId('order', PARTITION))];
+    const ops: BatchOp[] = ids.map((o, index) => (index === 0 ? { index, op: 'patch', id: o, ifMatch: undefined, patch: { note: 'n' } } : { index, op: 'create', id: o, input, items: [] }));
+    t.true(valueOf<BatchOutcome[]>(await host.handle({ kind: 'order.batch', tenant: 't1', partition: PARTITION, atomic: true, ops })).every((o) => o.ok));
+    for (const o of ids) t.true((await host.handle(patch(o, { c: '3' }))).ok, o);
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
 });
