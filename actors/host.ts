@@ -581,20 +581,12 @@ export class ActorHost implements ActorEndpoint {
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
     this.inflight++;
-    return this.holding(held, () => {
+    const turn = this.holding(held, () => {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
       if (admission ? !admission.start() : performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
       return this.turn(cmd, id, plan);
-    }).then(
-      (r) => {
-        this.inflight--;
-        return r;
-      },
-      (err: unknown) => {
-        this.inflight--;
-        throw err;
-      },
-    );
+    });
+    return whenSettled(turn, () => this.inflight--);
   }
 
   /**
@@ -775,19 +767,10 @@ export class ActorHost implements ActorEndpoint {
     }
     mine.tail = result;
     const box = mine;
-    // Two handlers rather than `finally`, which costs three promises where this costs one.
-    return result.then(
-      (r) => {
-        this.release(box);
-        return r;
-      },
-      (err: unknown) => {
-        this.release(box);
-        throw err;
-      },
-    );
+    return whenSettled(result, () => this.release(box));
   }
 
+  /** Whether no mailbox is open under any of `keys`. */
   private noneHeld(keys: string[]): boolean {
     for (const key of keys) if (this.boxes.has(key)) return false;
     return true;
@@ -803,25 +786,32 @@ export class ActorHost implements ActorEndpoint {
     }
     const result = startNow(run);
     for (const box of boxes) box.tail = result;
-    const releaseAll = (): void => {
+    return whenSettled(result, () => {
       for (const box of boxes) this.release(box);
-    };
-    return result.then(
-      (r) => {
-        releaseAll();
-        return r;
-      },
-      (err: unknown) => {
-        releaseAll();
-        throw err;
-      },
-    );
+    });
   }
 
   /** One turn under `key` is over; the mailbox goes once nothing is left in it. */
   private release(box: Mailbox): void {
     if (--box.depth === 0 && this.boxes.get(box.key) === box) this.boxes.delete(box.key);
   }
+}
+
+/**
+ * `work`, with `done` run once it settles either way. Two handlers rather than `finally`, which
+ * costs three promises where this costs one.
+ */
+function whenSettled<T>(work: Promise<T>, done: () => void): Promise<T> {
+  return work.then(
+    (r) => {
+      done();
+      return r;
+    },
+    (err: unknown) => {
+      done();
+      throw err;
+    },
+  );
 }
 
 /** `run`'s promise, started in this call; a synchronous throw becomes its rejection. */

@@ -135,8 +135,12 @@ export class BusClient {
   async call<C extends Command>(cmd: C): Promise<ReplyMap[C['kind']]> {
     const idem = this.idem;
     if (!idem) return unwrap(await this.bus.send(cmd));
-    // The write that answers for the look is sent at once, without awaiting `looked`.
-    const answers = this.lookPending(idem) && (this.answersLook(idem, cmd) || (await this.looked(cmd)));
+    // The write that answers for the look is sent at once; any other command waits for the look.
+    let answers = false;
+    if (this.lookPending(idem)) {
+      answers = this.answersLook(idem, cmd);
+      if (!answers) await this.lookSettled(idem);
+    }
     let result: Result<unknown> | undefined;
     try {
       // The write that answers for the look is kept under the key's own scope: nothing to take.
@@ -161,6 +165,12 @@ export class BusClient {
     const idem = this.idem;
     if (!idem) return false;
     if (this.answersLook(idem, cmd)) return true;
+    await this.lookSettled(idem);
+    return false;
+  }
+
+  /** Waits until the request's kept answer is known not to exist; rejects with a KeptAnswer when it does. */
+  private async lookSettled(idem: RequestKey): Promise<void> {
     const at = idem.keptAt;
     if (idem.answering && idem.look === undefined) {
       const look = new Promise<void>((resolve, reject) => {
@@ -182,7 +192,6 @@ export class BusClient {
       });
     }
     if (idem.look !== undefined) await idem.look;
-    return false;
   }
 
   /**

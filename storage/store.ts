@@ -25,7 +25,8 @@ export interface TableSpec<T> {
   /**
    * Remember ids read and found missing, until a write to them begins. For a table that is not
    * cached and is mostly asked for ids it does not hold: the idempotency keys, each looked up
-   * twice by the write that first uses it (the gateway's peek, then the turn).
+   * twice or more by the write that first uses it (as it arrives or by the gateway's peek, then
+   * in its turn).
    */
   missesKept?: boolean;
   /** A byte layout of the table's own, in place of msgpackr's (RecordCodec). */
