@@ -4,10 +4,12 @@
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import test, { type ExecutionContext } from 'ava';
+import { connect, ErrorCode, NatsError } from 'nats';
 import type { ActorEndpoint } from '../common/bus.js';
 import { connectNatsBus, type NatsBus } from '../common/nats-bus.js';
 import { serveActorsOverNats, type ActorServer } from '../common/nats-actor-server.js';
 import { parsePartitions } from '../common/partitions.js';
+import { nodeSubject } from '../common/nats-wire.js';
 import { MAX_REPLY_BYTES, type Command, type Result } from '../proto/messages.js';
 import { exited } from './helpers/child-service.js';
 import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
@@ -202,12 +204,31 @@ test('a node killed without a word is answered "no owner" at once, from the serv
   t.true(await bus.waitForOwners(ALL, 15_000), 'the node announced its partitions');
   node.kill('SIGKILL');
   await exited(node);
-  // Its claim outlives it in the directory for a few heartbeats; NATS knows at once that
-  // nothing listens on its subject any more.
+  // Its claim outlives it in the directory for a few heartbeats; NATS knows that nothing listens
+  // on its subject any more once it has read the closed connection, which on a loaded machine
+  // can come a moment after the process is gone.
+  t.true(await noListener(nats.url, nodeSubject('doomed')), 'the server dropped the dead node');
   const r = await bus.send(get(3));
   t.false(r.ok);
   t.like(valueOf(r), { code: 'unavailable', detail: 'No node is serving this data right now.' });
 });
+
+/** Whether the server answers a request on `subject` "no responders" within about 10 s. */
+async function noListener(url: string, subject: string): Promise<boolean> {
+  const nc = await connect({ servers: url });
+  try {
+    for (let i = 0; i < 40; i++) {
+      try {
+        await nc.request(subject, new Uint8Array(0), { timeout: 250 });
+      } catch (err) {
+        if (err instanceof NatsError && err.code === ErrorCode.NoResponders) return true;
+      }
+    }
+    return false;
+  } finally {
+    await nc.close();
+  }
+}
 
 /** Answers every command at once except 'slow', which waits for `open()`. */
 function gatedEndpoint(): { endpoint: ActorEndpoint; open: () => void } {
