@@ -763,7 +763,9 @@ export class ActorHost implements ActorEndpoint {
     } else {
       if (mine.depth >= this.opts.mailboxLimit) return Promise.resolve(UNAVAILABLE('Too many pending changes to this resource; retry shortly.'));
       mine.depth++;
-      result = mine.tail.then(run);
+      // After the turn before it, however that one ended: a turn that rejected must not take the
+      // turns queued behind it down unrun. (Turns return errors as data; the sweep's may not.)
+      result = mine.tail.then(run, run);
     }
     mine.tail = result;
     const box = mine;

@@ -100,3 +100,35 @@ test('every mailbox is given back: with room for one turn per key, the writes af
     await removeDir(dir);
   }
 });
+
+test('a turn that rejects does not take the turns queued behind it under its key down unrun', async (t) => {
+  // No turn the host starts rejects today (turns return errors as data, and the idempotency
+  // sweep's, which may, has nothing queued behind it), so the mailbox is driven directly.
+  const host = t.context.host as unknown as {
+    holding(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>>;
+    boxes: Map<string, unknown>;
+  };
+  let fail!: () => void;
+  const failing = new Promise<void>((resolve) => (fail = resolve));
+  const ran: string[] = [];
+  const first = host.holding(['k'], async () => {
+    await failing;
+    ran.push('first');
+    throw new Error('the disk is full');
+  });
+  // One behind it on its key alone, and one taking that key with another, one by one.
+  const alone = host.holding(['k'], () => {
+    ran.push('alone');
+    return Promise.resolve({ ok: true, value: 'alone' });
+  });
+  const pair = host.holding(['k', 'j'], () => {
+    ran.push('pair');
+    return Promise.resolve({ ok: true, value: 'pair' });
+  });
+  fail();
+  await t.throwsAsync(first, { message: 'the disk is full' });
+  t.deepEqual(await alone, { ok: true, value: 'alone' });
+  t.deepEqual(await pair, { ok: true, value: 'pair' });
+  t.deepEqual(ran, ['first', 'alone', 'pair']);
+  t.is(host.boxes.size, 0, 'every mailbox given back');
+});
