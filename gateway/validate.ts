@@ -1,7 +1,7 @@
 // Request bodies are checked against the route's JSON Schema with ajv, every failure at once
 // (SPEC §7.1 rule 4), each reported as an RFC 6901 pointer into the body.
 
-import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { _, Ajv, str, type CodeKeywordDefinition, type ErrorObject, type KeywordCxt, type Name, type ValidateFunction } from 'ajv';
 import { ApiError, type FieldError } from '../common/errors.js';
 import type { JsonSchema } from './route.js';
 
@@ -10,12 +10,51 @@ const options = { strict: true, allowUnionTypes: true, coerceTypes: false, useDe
 // Two compilations of every schema. The first stops at the first failure, so a hostile body
 // (40,000 metadata members) costs one failed limit check; only when it fails does the second
 // list every failure, and only for bodies small enough that listing them all stays cheap.
-const firstFailure = new Ajv({ ...options, allErrors: false });
-const everyFailure = new Ajv({ ...options, allErrors: true });
+const firstFailure = withLengthShortcut(new Ajv({ ...options, allErrors: false }));
+const everyFailure = withLengthShortcut(new Ajv({ ...options, allErrors: true }));
 const compiled = new WeakMap<JsonSchema, { fast: ValidateFunction; full: ValidateFunction }>();
 export const MAX_REPORTED_ERRORS = 100;
 /** Bodies up to this size get every failure listed; larger ones the first. */
 export const FULL_REPORT_MAX_BYTES = 64 * 1024;
+
+/** Code points in `s`, as JSON Schema counts a string's length (a surrogate pair is one). */
+export function codePoints(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++, n++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) i++;
+  }
+  return n;
+}
+
+/**
+ * minLength and maxLength as ajv has them, with the same errors, but counting code points only
+ * when the UTF-16 length cannot decide: a string has at most as many code points as UTF-16 units
+ * and at least half as many. ajv counts every string's code points, a loop over each character
+ * and, measured on a batch-get's body of 100 ids, 12 µs of its validation against 0.15 µs here.
+ */
+function withLengthShortcut(ajv: Ajv): Ajv {
+  const counted = (cxt: KeywordCxt): Name => cxt.gen.scopeValue('func', { ref: codePoints });
+  const lengthLimit: CodeKeywordDefinition = {
+    keyword: ['maxLength', 'minLength'],
+    type: 'string',
+    schemaType: 'number',
+    error: {
+      message: ({ keyword, schemaCode }) => str`must NOT have ${keyword === 'maxLength' ? 'more' : 'fewer'} than ${schemaCode} characters`,
+      params: ({ schemaCode }) => _`{limit: ${schemaCode}}`,
+    },
+    code(cxt) {
+      const { keyword, data, schemaCode } = cxt;
+      const count = counted(cxt);
+      if (keyword === 'maxLength') cxt.fail(_`${data}.length > ${schemaCode} && ${count}(${data}) > ${schemaCode}`);
+      else cxt.fail(_`${data}.length < 2 * ${schemaCode} && ${count}(${data}) < ${schemaCode}`);
+    },
+  };
+  ajv.removeKeyword('maxLength');
+  ajv.removeKeyword('minLength');
+  ajv.addKeyword(lengthLimit);
+  return ajv;
+}
 
 function validators(schema: JsonSchema): { fast: ValidateFunction; full: ValidateFunction } {
   let v = compiled.get(schema);

@@ -1,0 +1,67 @@
+// Body validation's length limits: minLength and maxLength count code points, as JSON Schema
+// says (a surrogate pair is one character), whatever shortcut decides them, with ajv's messages.
+
+import test from 'ava';
+import fc from 'fast-check';
+import { ApiError } from '../common/errors.js';
+import { codePoints, validateBody } from '../gateway/validate.js';
+import type { JsonSchema } from '../gateway/route.js';
+
+/** The failures validateBody reports for `body`, [] when it passes. */
+function failures(schema: JsonSchema, body: unknown): { pointer?: string; detail: string }[] {
+  try {
+    validateBody(schema, body);
+    return [];
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+    return (err.extra.errors ?? []) as { pointer?: string; detail: string }[];
+  }
+}
+
+const bounded = (minLength: number, maxLength: number): JsonSchema => ({
+  type: 'object',
+  additionalProperties: false,
+  properties: { s: { type: 'string', minLength, maxLength } },
+});
+
+test('code points are counted, not UTF-16 units: a pair is one, a lone surrogate one', (t) => {
+  t.is(codePoints(''), 0);
+  t.is(codePoints('abc'), 3);
+  t.is(codePoints('😀'), 1);
+  t.is(codePoints('a😀b'), 3);
+  t.is(codePoints('\uD800'), 1);
+  t.is(codePoints('\uDC00\uD800'), 2);
+  t.is(codePoints('\uD800a'), 2);
+});
+
+test('a string just inside and just past each limit, in pairs and in single units', (t) => {
+  const schema = bounded(2, 4);
+  t.deepEqual(failures(schema, { s: '😀😀😀😀' }), [], 'four pairs are four characters (eight units)');
+  t.deepEqual(failures(schema, { s: '😀😀' }), []);
+  t.deepEqual(failures(schema, { s: '😀😀😀😀😀' }), [{ pointer: '/s', detail: 'must NOT have more than 4 characters' }]);
+  t.deepEqual(failures(schema, { s: '😀' }), [{ pointer: '/s', detail: 'must NOT have fewer than 2 characters' }], 'one pair is one character (two units)');
+  t.deepEqual(failures(schema, { s: 'abcde' }), [{ pointer: '/s', detail: 'must NOT have more than 4 characters' }]);
+  t.deepEqual(failures(schema, { s: 'a' }), [{ pointer: '/s', detail: 'must NOT have fewer than 2 characters' }]);
+});
+
+test('every failure is listed, each with its limit, when several strings break them', (t) => {
+  const schema: JsonSchema = { type: 'object', properties: { ids: { type: 'array', maxItems: 10, items: { type: 'string', minLength: 1, maxLength: 3 } } } };
+  t.deepEqual(failures(schema, { ids: ['ok', '', 'long', '😀😀😀'] }), [
+    { pointer: '/ids/1', detail: 'must NOT have fewer than 1 characters' },
+    { pointer: '/ids/2', detail: 'must NOT have more than 3 characters' },
+  ]);
+});
+
+test('whatever the string and limits, a string passes exactly when its code points are within them', (t) => {
+  // Units drawn so that pairs, lone high and lone low surrogates and plain characters all occur.
+  const unit = fc.oneof(fc.constantFrom('a', 'é', '\uD83D', '\uDE00', '\uD800', '\uDC00'), fc.constant('😀'));
+  const agrees = fc.property(fc.array(unit, { maxLength: 24 }), fc.nat(12), fc.nat(12), (parts, a, b) => {
+    const s = parts.join('');
+    const [min, max] = a <= b ? [a, b] : [b, a];
+    const n = [...s].length;
+    const want = n > max ? [{ pointer: '/s', detail: `must NOT have more than ${max} characters` }] : n < min ? [{ pointer: '/s', detail: `must NOT have fewer than ${min} characters` }] : [];
+    return JSON.stringify(failures(bounded(min, max), { s })) === JSON.stringify(want);
+  });
+  // fc.assert throws with the smallest counterexample it finds.
+  t.notThrows(() => fc.assert(agrees, { numRuns: 2000 }));
+});
