@@ -37,6 +37,9 @@ function withLengthShortcut(ajv: Ajv): Ajv {
   const counted = (cxt: KeywordCxt): Name => cxt.gen.scopeValue('func', { ref: codePoints });
   const lengthLimit: CodeKeywordDefinition = {
     keyword: ['maxLength', 'minLength'],
+    // Where ajv checks its own: before pattern and format, whose failure would otherwise be the
+    // one named for a string that breaks both (one failure is reported per member).
+    before: 'pattern',
     type: 'string',
     schemaType: 'number',
     error: {

@@ -4,7 +4,7 @@
 import test from 'ava';
 import fc from 'fast-check';
 import { ApiError } from '../common/errors.js';
-import { codePoints, validateBody } from '../gateway/validate.js';
+import { codePoints, FULL_REPORT_MAX_BYTES, validateBody } from '../gateway/validate.js';
 import type { JsonSchema } from '../gateway/route.js';
 
 /** The failures validateBody reports for `body`, [] when it passes. */
@@ -50,6 +50,26 @@ test('every failure is listed, each with its limit, when several strings break t
     { pointer: '/ids/1', detail: 'must NOT have fewer than 1 characters' },
     { pointer: '/ids/2', detail: 'must NOT have more than 3 characters' },
   ]);
+});
+
+test('a string breaking its length and its pattern is named for its length, as ajv names it, in both passes', (t) => {
+  const schema: JsonSchema = {
+    type: 'object',
+    properties: { name: { type: 'string', minLength: 1, maxLength: 8, pattern: '^[a-z]+$' }, pad: { type: 'string', maxLength: 100_000 } },
+  };
+  t.deepEqual(failures(schema, { name: '' }), [{ pointer: '/name', detail: 'must NOT have fewer than 1 characters' }]);
+  t.deepEqual(failures(schema, { name: 'TOO-LONG-AND-UPPER' }), [{ pointer: '/name', detail: 'must NOT have more than 8 characters' }]);
+  t.deepEqual(failures(schema, { name: 'Upper' }), [{ pointer: '/name', detail: 'must match pattern "^[a-z]+$"' }]);
+  // Over FULL_REPORT_MAX_BYTES only the first failure is looked for, by the validator that stops at it.
+  const big = 'x'.repeat(70_000);
+  t.true(JSON.stringify({ name: 'TOO-LONG-AND-UPPER', pad: big }).length > FULL_REPORT_MAX_BYTES);
+  let detail = '';
+  try {
+    validateBody(schema, { name: 'TOO-LONG-AND-UPPER', pad: big }, [], 70_100);
+  } catch (err) {
+    if (err instanceof ApiError) detail = JSON.stringify(err.extra.errors);
+  }
+  t.is(detail, JSON.stringify([{ pointer: '/name', detail: 'must NOT have more than 8 characters' }]));
 });
 
 test('whatever the string and limits, a string passes exactly when its code points are within them', (t) => {
