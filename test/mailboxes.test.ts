@@ -101,9 +101,43 @@ test('every mailbox is given back: with room for one turn per key, the writes af
   }
 });
 
+test('a retry queued behind the sweep of its expired key runs when the sweep fails to commit', async (t) => {
+  // The sweep deleting a key's expired record holds the key's mailbox; a request under the key
+  // waits there (keyBusy) rather than being told 409. When the sweep's commit fails (a full
+  // disk), that request must still run, not be rejected unrun.
+  let clock = 1_000_000;
+  const dir = await tempDir('mailboxes-sweep');
+  const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 100, log: silentLog(), now: () => clock, idempotencyTtlMs: 1000 });
+  try {
+    const id = newId('order', PARTITION);
+    valueOf(await host.handle(create(id)));
+    t.is(valueOf<OrderRecord>(await host.handle(patch(id, { v: '1' }, 'swept'))).version, 2);
+    clock += 5000; // the key's record has expired
+    const store = (host as unknown as { store: { commit(writes: unknown[]): Promise<void> } }).store;
+    const commit = store.commit.bind(store);
+    let failures = 1;
+    store.commit = async (writes) => {
+      if (failures-- > 0) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        throw new Error('the disk is full');
+      }
+      return commit(writes);
+    };
+    const sweep = host.sweepIdempotency();
+    const retry = host.handle(patch(id, { v: '2' }, 'swept'));
+    const [swept, answered] = await Promise.allSettled([sweep, retry]);
+    t.like(swept, { status: 'fulfilled', value: 0 }, 'the sweep removed nothing and said so');
+    t.is(answered.status, 'fulfilled', answered.status === 'rejected' ? String(answered.reason) : '');
+    if (answered.status === 'fulfilled') t.is(valueOf<OrderRecord>(answered.value).version, 3, 'the request under the expired key ran anew');
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
+
 test('a turn that rejects does not take the turns queued behind it under its key down unrun', async (t) => {
-  // No turn the host starts rejects today (turns return errors as data, and the idempotency
-  // sweep's, which may, has nothing queued behind it), so the mailbox is driven directly.
+  // Driven directly, to reach both ways of queueing: on the key alone, and as a pair taken one
+  // key at a time.
   const host = t.context.host as unknown as {
     holding(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>>;
     boxes: Map<string, unknown>;
