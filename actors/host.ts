@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks';
 import type { ActorEndpoint, Admission } from '../common/bus.js';
 import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
+import { deepFreeze } from '../common/freeze.js';
 import { partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import { Store, type IndexKey, type Table, type Write } from '../storage/store.js';
@@ -149,6 +150,8 @@ export class ActorHost implements ActorEndpoint {
   private readonly sweeper: NodeJS.Timeout;
   /** Tables a sweep is running over. */
   private readonly sweeping = new Set<string>();
+  /** List forms of stored records (slimOf), kept as long as the record is. */
+  private readonly slimmed = new WeakMap<object, Versioned>();
   private closing = false;
   private resumeQueued = false;
   /** Where the next resume pass starts in the open operations (see resumeOperations). */
@@ -525,9 +528,20 @@ export class ActorHost implements ActorEndpoint {
       // An index entry is written in the record's transaction, so a miss means a concurrent
       // delete committed between the scan and the get. The tenant and id checks are a second
       // wall: whatever a key decodes to, a page only ever holds the caller's own records.
-      if (record && record.tenant === query.tenant && record.id === id) rows.push({ v, record: !query.withChildren && bound.def.slim ? bound.def.slim(record) : record });
+      if (record && record.tenant === query.tenant && record.id === id) rows.push({ v, record: !query.withChildren && bound.def.slim ? this.slimOf(bound, record) : record });
     }
     return { rows };
+  }
+
+  /**
+   * A record's list form (ActorDef.slim), made once per stored record: the table keeps a read
+   * record until it changes, and a page of the same records read again would copy each anew.
+   */
+  private slimOf(bound: Bound, record: Versioned): Versioned {
+    let slim = this.slimmed.get(record);
+    // Frozen like the record: every page that lists it shares it.
+    if (slim === undefined) this.slimmed.set(record, (slim = deepFreeze(bound.def.slim!(record))));
+    return slim;
   }
 
   /** The record as this caller may see it: another tenant's record does not exist for them (CONTRACT §3). */
