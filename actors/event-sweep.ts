@@ -9,10 +9,13 @@ import type { IndexKey, Store, Table, Write } from '../storage/store.js';
 import { EVENTS_BY_AGE } from './events.js';
 import { SETTLED_DELIVERIES } from './webhooks.js';
 
-/** Removes records whose age key (under `prefix`) is below `cutoff`, `chunk` per transaction. */
-async function sweepOlder(store: Store, table: Table<unknown>, prefix: IndexKey, cutoff: number, chunk: number): Promise<number> {
+/**
+ * Removes records whose age key (under `prefix`) is below `cutoff`, `chunk` per transaction,
+ * until none is left or `stop` says so (the host is closing: its store must not be written after).
+ */
+async function sweepOlder(store: Store, table: Table<unknown>, prefix: IndexKey, cutoff: number, chunk: number, stop: () => boolean): Promise<number> {
   let removed = 0;
-  for (;;) {
+  while (!stop()) {
     const due = store.scan(table, { prefix, after: undefined, reverse: false, limit: chunk });
     const writes: Write<unknown>[] = [];
     for (const { v, id } of due) {
@@ -24,9 +27,10 @@ async function sweepOlder(store: Store, table: Table<unknown>, prefix: IndexKey,
     removed += writes.length;
     if (writes.length < chunk) return removed;
   }
+  return removed;
 }
 
-export async function sweepEvents(store: Store, tables: { events: Table<EventRecord>; deliveries: Table<DeliveryRecord> }, cutoff: number, chunk: number): Promise<number> {
-  const events = await sweepOlder(store, tables.events as Table<unknown>, EVENTS_BY_AGE, cutoff, chunk);
-  return events + (await sweepOlder(store, tables.deliveries as Table<unknown>, SETTLED_DELIVERIES, cutoff, chunk));
+export async function sweepEvents(store: Store, tables: { events: Table<EventRecord>; deliveries: Table<DeliveryRecord> }, cutoff: number, chunk: number, stop: () => boolean): Promise<number> {
+  const events = await sweepOlder(store, tables.events as Table<unknown>, EVENTS_BY_AGE, cutoff, chunk, stop);
+  return events + (await sweepOlder(store, tables.deliveries as Table<unknown>, SETTLED_DELIVERIES, cutoff, chunk, stop));
 }

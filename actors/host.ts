@@ -150,6 +150,8 @@ export class ActorHost implements ActorEndpoint {
   private readonly sweeper: NodeJS.Timeout;
   /** Tables a sweep is running over. */
   private readonly sweeping = new Set<string>();
+  /** The event sweep running, if one is (sweepEvents). */
+  private eventSweep: Promise<number> | undefined;
   /** List forms of stored records (slimOf), kept as long as the record is. */
   private readonly slimmed = new WeakMap<object, Versioned>();
   private closing = false;
@@ -239,10 +241,28 @@ export class ActorHost implements ActorEndpoint {
     this.dispatcher?.start();
   }
 
-  /** Forgets events and settled deliveries older than EVENT_RETENTION_DAYS, a chunk per transaction. */
+  /**
+   * Forgets events and settled deliveries older than EVENT_RETENTION_DAYS, a chunk per
+   * transaction; resolves with how many it removed. One runs at a time (a call while one runs
+   * gets that one's count), and close() waits for it. It never rejects: a commit that fails (a
+   * full disk) is logged, and the next sweep, a minute later, carries on from the oldest.
+   */
   sweepEvents(): Promise<number> {
+    if (this.eventSweep) return this.eventSweep;
     const deliveries = this.actors.delivery.table as unknown as Table<DeliveryRecord>;
-    return sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - this.eventRetentionMs, SWEEP_BATCH);
+    const run = sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - this.eventRetentionMs, SWEEP_BATCH, () => this.closing).then(
+      (removed) => {
+        this.eventSweep = undefined;
+        return removed;
+      },
+      (err: unknown) => {
+        this.eventSweep = undefined;
+        this.opts.log.warn({ err }, 'the event sweep could not remove expired events; the next sweep carries on');
+        return 0;
+      },
+    );
+    this.eventSweep = run;
+    return run;
   }
 
   /** How long events are kept (EVENT_RETENTION_DAYS): the sweep's cutoff, and the dispatcher's last retry. */
@@ -496,6 +516,8 @@ export class ActorHost implements ActorEndpoint {
     await this.dispatcher?.close();
     await this.refunds.close();
     await Promise.allSettled([...this.boxes.values()].map((b) => b.tail));
+    // It stops before its next chunk (closing is set); its commit under way lands first.
+    await this.eventSweep;
     await this.store.close();
   }
 
