@@ -56,6 +56,8 @@ interface RequestKey {
   answered?: (kept: Result<unknown> | undefined) => void;
   /** The kept answer that write came back with. */
   kept?: Result<unknown>;
+  /** A write carrying the key has been sent: its owner has checked the key. */
+  used?: boolean;
 }
 
 /**
@@ -107,6 +109,11 @@ export class BusClient {
     return this.idem?.kept;
   }
 
+  /** Whether a write carrying the request's key has been sent, so an owner has checked the key. */
+  get keyUsed(): boolean {
+    return this.idem?.used === true;
+  }
+
   /** The request's Idempotency-Key and fingerprint, when it has one. */
   get idempotency(): IdemTag | undefined {
     return this.idem?.tag;
@@ -144,7 +151,9 @@ export class BusClient {
     let result: Result<unknown> | undefined;
     try {
       // The write that answers for the look is kept under the key's own scope: nothing to take.
-      cmd.idem ??= isRead(cmd) || answers ? idem.tag : await this.taken(cmd);
+      const read = isRead(cmd);
+      cmd.idem ??= read || answers ? idem.tag : await this.taken(cmd);
+      if (!read) idem.used = true;
       result = await this.bus.send(cmd);
     } finally {
       if (answers) settleLook(idem, result?.replayed ? result : undefined);
@@ -255,7 +264,10 @@ export class BusClient {
    */
   async send<C extends Command>(cmd: C): Promise<Sent<ReplyMap[C['kind']]>> {
     if (this.idem && this.lookPending(this.idem)) await this.looked();
-    if (this.idem) cmd.idem ??= this.idem.tag;
+    if (this.idem) {
+      cmd.idem ??= this.idem.tag;
+      if (!isRead(cmd)) this.idem.used = true;
+    }
     const result = await this.bus.send(cmd);
     return { value: unwrap(result), replayed: result.replayed === true, keptUntil: result.keptUntil };
   }

@@ -16,7 +16,7 @@ import type { Authenticator, Principal } from './auth.js';
 import { KeptAnswer, type BusClient, type Replay } from './bus-client.js';
 import type { Result } from '../proto/messages.js';
 import type { GatewayRequest, GatewayResponse, RequestHeaders } from './http-types.js';
-import { idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
+import { homePartition, idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
@@ -179,6 +179,18 @@ export function createGateway(deps: GatewayDeps): Gateway {
       if (!(answer instanceof KeptAnswer) && keyed?.unlooked) {
         try {
           await keyed.looked();
+        } catch (found) {
+          answer = found;
+        }
+      } else if (keyed && !route.replay && !keyed.keyUsed && !(answer instanceof KeptAnswer)) {
+        // A route whose answer is not kept in one place to look at first (a batch, a refund),
+        // refused before any write carried the key: a reuse of the key or the key in flight is
+        // still answered first, from the key's home, which holds every key of its scope (a kept
+        // answer, or the key taken for a write kept elsewhere). A kept answer of this very
+        // request leaves the refusal as it is.
+        const tenant = principalOf(ctx).tenant;
+        try {
+          await keyed.kept(tenant, homePartition(tenant, idempotencyKey), keyed.idempotency!);
         } catch (found) {
           answer = found;
         }

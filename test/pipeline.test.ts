@@ -689,6 +689,46 @@ test('a keyed create whose first command is its write sends only that write; its
   t.is(await orderCount(), 1);
 });
 
+test('a batch or a refund refused before any write carries its key still meets a reuse of the key first', async (t) => {
+  const tenant = freshTenant('reuse-apart');
+  const tok = await token(SECRET, `${ALL_SCOPES} refunds:write`, { tenant });
+  const keyed = (path: string, key: string, body: Call['body']): Call => ({ method: 'POST', path, headers: { ...bearer(tok), ...json, 'idempotency-key': key }, body });
+  const typeOf = (a: Answer): unknown => a.json<{ type: string }>().type;
+
+  const batch = keyed('/v1/orders/batch', 'batch-1', { operations: [{ method: 'POST', body: { currency: 'EUR' } }] });
+  const first = await t.context.call(batch);
+  t.is(first.status, 207, first.text);
+  // Refused by the envelope's schema, and by an atomic batch's own check before anything is sent.
+  for (const body of [{ operations: [] }, { atomic: true, operations: [{ method: 'POST', body: { currency: 'euro' } }] }]) {
+    const reused = await t.context.call({ ...batch, body });
+    t.is(reused.status, 422, reused.text);
+    t.is(typeOf(reused), '/problems/idempotency-key-reused', JSON.stringify(body));
+    const fresh = await t.context.call(keyed('/v1/orders/batch', `batch-${JSON.stringify(body).length}`, body));
+    t.is(fresh.status, 422, fresh.text);
+    t.is(typeOf(fresh), '/problems/validation-failed', 'under a fresh key the refusal is the answer');
+  }
+  const again = await t.context.call(batch);
+  t.is(again.status, 207, again.text);
+  t.is(again.headers['idempotent-replayed'], 'true');
+  t.is(again.text, first.text);
+
+  const partition = partitionOf(newId('order'));
+  const id = newId('order', partition);
+  const input = { currency: 'EUR', customerId: null, note: null, metadata: {} };
+  const created = await t.context.host.handle({ kind: 'order.create', tenant, partition, id, input, items: [{ id: newId('item', partition), productId: newId('product'), quantity: 1, unitPrice: 3000 }] });
+  t.true(created.ok);
+  t.true((await t.context.host.handle({ kind: 'order.pay', tenant, partition, id, ifMatch: undefined })).ok);
+  const refund = await t.context.call(keyed('/v1/refunds', 'refund-1', { orderId: id, amount: 1000 }));
+  t.is(refund.status, 202, refund.text);
+  // orderId naming no order is refused by the handler, before its write.
+  const reused = await t.context.call(keyed('/v1/refunds', 'refund-1', { orderId: 'nope', amount: 1000 }));
+  t.is(reused.status, 422, reused.text);
+  t.is(typeOf(reused), '/problems/idempotency-key-reused');
+  const fresh = await t.context.call(keyed('/v1/refunds', 'refund-2', { orderId: 'nope', amount: 1000 }));
+  t.is(fresh.status, 422, fresh.text);
+  t.is(typeOf(fresh), '/problems/validation-failed');
+});
+
 /**
  * A keyed create route for these tests (no real route does this yet): `body` gets the order's
  * write and a read of `product`, to send as it likes.
