@@ -721,7 +721,7 @@ export class ActorHost implements ActorEndpoint {
     const result = rec.bytes ? this.keptRecord(rec.table!, rec.bytes) : rec.result!;
     // Bytes that cannot be read back are our failure, answered as one, never as a replay.
     if (rec.bytes && !result.ok) return result;
-    return asReplay(result, rec.expiresAt);
+    return asReplay(result, rec.expiresAt, rec.expiresAt - this.now());
   }
 
   /** A record kept as bytes under a key; one naming a table this host has not opened is a fault of ours (500). */
@@ -873,6 +873,6 @@ function withExpiry(result: Result<unknown>, keptUntil: number): Result<unknown>
   return result.ok ? { ok: true, value: result.value, keptUntil } : { ok: false, error: result.error, keptUntil };
 }
 
-function asReplay(result: Result<unknown>, keptUntil: number): Result<unknown> {
-  return result.ok ? { ok: true, value: result.value, replayed: true, keptUntil } : { ok: false, error: result.error, replayed: true, keptUntil };
+function asReplay(result: Result<unknown>, keptUntil: number, keptForMs: number): Result<unknown> {
+  return result.ok ? { ok: true, value: result.value, replayed: true, keptUntil, keptForMs } : { ok: false, error: result.error, replayed: true, keptUntil, keptForMs };
 }

@@ -116,7 +116,10 @@ export class ReplayCache {
     const size = chars * 2 + (req.body?.length ?? 0) + 200;
     if (size > this.budgetBytes / 64) return; // one huge answer may not push out many small ones
     // Never past the owner's expiry of the key: after it, the owner would run the request anew.
-    const until = Math.min(now + this.entryMs, result.keptUntil ?? Infinity);
+    // Counted from now by what the owner said was left, not by its clock's `keptUntil`: this
+    // gateway's clock may be behind the owner's. (An owner of an earlier build sends only that.)
+    const left = result.keptForMs ?? (result.keptUntil === undefined ? Infinity : result.keptUntil - now);
+    const until = now + Math.min(this.entryMs, left);
     // Frozen: every replay shares the answer, and renderings of it are kept on it.
     // Oldest first out once over the budget.
     const body = req.body ? keptCopy(req.body) : undefined;

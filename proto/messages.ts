@@ -414,9 +414,11 @@ export interface ListPage<T> {
 
 /**
  * `replayed`: the answer is the stored result of an earlier request with the same
- * Idempotency-Key, kept until `keptUntil` (ms since the epoch).
+ * Idempotency-Key, kept until `keptUntil` (ms since the epoch, by its owner's clock) and, on a
+ * replay, for `keptForMs` more from when its owner answered: what a gateway caching the answer
+ * goes by, since its own clock may differ from the owner's.
  */
-export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true; keptUntil?: number };
+export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError }) & { replayed?: true; keptUntil?: number; keptForMs?: number };
 
 export type Kind = Command['kind'] | Query['kind'];
 /** Commands addressed to one record (not the batches, which name many, nor the peek). */

@@ -58,6 +58,17 @@ test('a keyed write whose answer was lost is answered again to the retry, and ru
   t.like(other, { ok: false, error: { code: 'idempotency-key-reused' } });
 });
 
+test('a replay says how much longer its key is kept, by its owner\'s clock, for a gateway whose clock differs', async (t) => {
+  const { host, clock } = t.context;
+  const first = await host.handle(create('t1', tag('left')));
+  t.is(first.keptUntil, clock.now + TTL);
+  clock.now += HOUR;
+  const retry = await host.handle(create('t1', tag('left')));
+  t.true(retry.replayed);
+  t.is(retry.keptUntil, first.keptUntil);
+  t.is(retry.keptForMs, TTL - HOUR);
+});
+
 test('a kept answer is the record as the first request left it, not as it is now, after a restart too', async (t) => {
   const { dir, clock } = t.context;
   const command = create('t1', tag('snapshot'));

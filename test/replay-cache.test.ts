@@ -50,6 +50,19 @@ test('an entry lives entryMs, and the byte budget pushes out the oldest', (t) =>
   t.is(cache.get('t', 'huge', req('{}'), 1), undefined, 'an answer too big for its share is not kept');
 });
 
+test("an entry ends when its owner said the key ends, measured on this gateway's clock, whatever the owner's clock reads", (t) => {
+  const cache = new ReplayCache(64 * 1024, 60_000);
+  // The owner's clock is 30 s ahead of this gateway's: by its clock the key is kept until
+  // 1,070,000, 40 s after it answered at 1,030,000; this gateway caches at 1,000,000.
+  cache.set('t', 'skewed', req('{}'), { ...kept, keptUntil: 1_070_000, keptForMs: 40_000 }, 1_000_000);
+  t.truthy(cache.get('t', 'skewed', req('{}'), 1_039_999));
+  t.is(cache.get('t', 'skewed', req('{}'), 1_040_000), undefined, "the key is gone at its owner: the owner's answer counts from here");
+  // An owner of an earlier build sends keptUntil alone: this gateway's clock is all there is.
+  cache.set('t', 'older', req('{}'), { ...kept, keptUntil: 1_070_000 }, 1_000_000);
+  t.truthy(cache.get('t', 'older', req('{}'), 1_059_999));
+  t.is(cache.get('t', 'older', req('{}'), 1_060_000), undefined, 'entryMs still bounds it');
+});
+
 test('two tenants with the same key take turns in the cache, and neither gets the other\'s answer', (t) => {
   const cache = new ReplayCache();
   const theirs: Result<unknown> = { ok: true, value: { id: 'ord_2' }, replayed: true };
