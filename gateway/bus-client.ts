@@ -152,8 +152,9 @@ export class BusClient {
     try {
       // The write that answers for the look is kept under the key's own scope: nothing to take.
       const read = isRead(cmd);
-      cmd.idem ??= read || answers ? idem.tag : await this.taken(cmd);
+      // Used from here: a write, or the key's taking at home before it, carries the key.
       if (!read) idem.used = true;
+      cmd.idem ??= read || answers ? idem.tag : await this.taken(cmd);
       result = await this.bus.send(cmd);
     } finally {
       if (answers) settleLook(idem, result?.replayed ? result : undefined);

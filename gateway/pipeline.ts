@@ -182,12 +182,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
         } catch (found) {
           answer = found;
         }
-      } else if (keyed && !route.replay && !keyed.keyUsed && !(answer instanceof KeptAnswer)) {
+      } else if (keyed && !route.replay && !keyed.keyUsed && answer instanceof ApiError && answer.status < 500) {
         // A route whose answer is not kept in one place to look at first (a batch, a refund),
         // refused before any write carried the key: a reuse of the key or the key in flight is
         // still answered first, from the key's home, which holds every key of its scope (a kept
         // answer, or the key taken for a write kept elsewhere). A kept answer of this very
-        // request leaves the refusal as it is.
+        // request leaves the refusal as it is. A failure of ours (a 503: the key's home may be
+        // what did not answer) is answered as it is, not after a second wait; its retry looks.
         const tenant = principalOf(ctx).tenant;
         try {
           await keyed.kept(tenant, homePartition(tenant, idempotencyKey), keyed.idempotency!);

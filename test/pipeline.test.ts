@@ -729,6 +729,25 @@ test('a batch or a refund refused before any write carries its key still meets a
   t.is(typeOf(fresh), '/problems/validation-failed');
 });
 
+test('a keyed batch that fails on our side before its write is answered 503 at once, not after asking the key\'s home too', async (t) => {
+  const tok = t.context.admin;
+  const product = await t.context.call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'Priced', price: 700, currency: 'EUR' } });
+  t.is(product.status, 201, product.text);
+  const productId = (product.json() as { id: string }).id;
+  const down = gatewayOver(t.context.host, t.context.dir, ['product.get']);
+  const batch: Call = {
+    method: 'POST',
+    path: '/v1/orders/batch',
+    headers: { ...bearer(tok), ...json, 'idempotency-key': 'batch-owner-down' },
+    body: { atomic: true, operations: [{ method: 'POST', body: { currency: 'EUR', items: [{ productId, quantity: 1 }] } }] },
+  };
+  const answer = await t.context.call(batch, down.gw);
+  t.is(answer.status, 503, answer.text);
+  t.truthy(answer.headers['retry-after']);
+  // The batch's own look at the key's home, then the read that failed; nothing after it.
+  t.deepEqual(down.kinds, ['idem.peek', 'product.get']);
+});
+
 /**
  * A keyed create route for these tests (no real route does this yet): `body` gets the order's
  * write and a read of `product`, to send as it likes.
