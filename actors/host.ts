@@ -110,6 +110,12 @@ interface Bound {
 
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
+/**
+ * How far a node's clock may be ahead of a gateway's before writes near their deadline are
+ * refused as late (Command.deadlineAt), and so how long past it a stalled write may still run.
+ * Clocks kept by NTP differ by milliseconds.
+ */
+export const CLOCK_SKEW_MS = 1000;
 /** Open operations a resume pass reads at most, looking for ones to start. */
 const RESUME_SCAN = 10_000;
 const SWEEP_BATCH = 1000;
@@ -616,10 +622,11 @@ export class ActorHost implements ActorEndpoint {
     // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
+    const dueBy = cmd.deadlineAt === undefined ? Infinity : cmd.deadlineAt + CLOCK_SKEW_MS;
     this.inflight++;
     const turn = this.holding(held, () => {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
-      if (admission ? !admission.start() : performance.now() > expiresAt) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
+      if (admission ? !admission.start() : performance.now() > expiresAt || Date.now() > dueBy) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
       return this.turn(cmd, id, plan);
     });
     return whenSettled(turn, () => this.inflight--);

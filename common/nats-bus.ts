@@ -256,7 +256,10 @@ export class NatsBus implements Bus {
     // A command is built for one send (BusClient.call), so its budget is set on it. A spread copy
     // per command filled the gateway's old space under load, a mark-compact every 200 ms
     // (bench/README.md, "Evening of 2026-11-24").
-    for (const p of batch) p.cmd.budgetMs = Math.max(1, p.deadline - now);
+    for (const p of batch) {
+      p.cmd.budgetMs = Math.max(1, p.deadline - now);
+      p.cmd.deadlineAt = p.deadline;
+    }
     const payload = encode({ v: 1, commands: batch.map((p) => p.cmd), late: { to: this.lateSubject, xid } });
     if (!payload) return this.settleRest(xid, x, UNENCODABLE);
     if (payload.length > this.maxPayload()) {

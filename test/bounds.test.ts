@@ -6,7 +6,7 @@ import anyTest, { type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
 import { newId, partitionOf } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
-import { ActorHost } from '../actors/host.js';
+import { ActorHost, CLOCK_SKEW_MS } from '../actors/host.js';
 import { orderActor } from '../actors/orders.js';
 import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
@@ -132,6 +132,18 @@ test('a write whose sender already gave up is dropped unrun', async (t) => {
   const late = await t.context.host.handle({ ...base, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs: -1 });
   t.like(late, { ok: false, error: { code: 'unavailable' } });
   t.like(await t.context.host.handle({ ...base, kind: 'order.get' }), { ok: false, error: { code: 'not-found' } });
+});
+
+test('a write whose sender\'s deadline passed on the wall clock is dropped unrun, however much budget it carries', async (t) => {
+  // A message held up before the node read it (a stalled nats-server, a paused node) still
+  // carries its whole budget; its wall-clock deadline shows it is late.
+  const create = (id: string, deadlineAt: number): Command => ({ tenant: 'late', partition: partitionOf(id), id, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs: 60_000, deadlineAt });
+  const stale = newId('order');
+  t.like(await t.context.host.handle(create(stale, Date.now() - CLOCK_SKEW_MS - 2000)), { ok: false, error: { code: 'unavailable' } });
+  t.like(await t.context.host.handle({ tenant: 'late', partition: partitionOf(stale), id: stale, kind: 'order.get' }), { ok: false, error: { code: 'not-found' } });
+  // Within what the clocks may differ by, it runs.
+  const close = newId('order');
+  t.like(await t.context.host.handle(create(close, Date.now() - CLOCK_SKEW_MS / 2)), { ok: true });
 });
 
 test('the in-flight bound counts queued writes, not only running ones', async (t) => {

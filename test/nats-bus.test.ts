@@ -165,11 +165,11 @@ test('readers sharing an answer that comes late, or not in time, all get it, and
   t.true(again.every((r) => r.ok), JSON.stringify(again.filter((r) => !r.ok)));
 });
 
-test('every command of a message carries what is left of its deadline as budgetMs', async (t) => {
+test('every command of a message carries what is left of its deadline as budgetMs, and the deadline itself as deadlineAt', async (t) => {
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());
   const budgets: ActorEndpoint = {
-    handle: (cmd) => Promise.resolve({ ok: true, value: cmd.budgetMs }),
+    handle: (cmd) => Promise.resolve({ ok: true, value: [cmd.budgetMs, cmd.deadlineAt] }),
     query: () => Promise.resolve({ ok: true, value: null }),
   };
   const node = await serveActorsOverNats(nats.url, budgets, { nodeId: 'budgets', partitions: ALL });
@@ -178,10 +178,12 @@ test('every command of a message carries what is left of its deadline as budgetM
   t.teardown(() => bus.close());
   t.true(await bus.waitForOwners(ALL, 5000));
   const sent = [get(1, 'a'), get(1, 'b'), get(2, 'c')];
+  const before = Date.now();
   const results = await Promise.all(sent.map((cmd) => bus.send(cmd)));
   for (const r of results) {
-    const budget = valueOf(r);
+    const [budget, deadlineAt] = valueOf(r) as [unknown, unknown];
     t.true(typeof budget === 'number' && budget > 0 && budget <= 2000, `budgetMs ${String(budget)}`);
+    t.true(typeof deadlineAt === 'number' && deadlineAt >= before + 2000 && deadlineAt <= Date.now() + 2000, `deadlineAt ${String(deadlineAt)}`);
   }
   t.is(node.stats().messages, 1, 'the three travelled as one message');
 });
