@@ -119,6 +119,11 @@ const FANOUT_CHUNK = 64;
 const PER_ENDPOINT = 16;
 const ENDPOINT_CACHE_MS = 2000;
 const RETRY_AFTER_FAILURE_MS = 1000;
+/**
+ * A fan-out that keeps failing is retried every RETRY_AFTER_FAILURE_MS, but logged once this
+ * often, with how many times it failed since: an owner down for an hour is 60 lines, not 3,600.
+ */
+const REPEAT_LOG_EVERY_MS = 60_000;
 /** A pump pass starts from the beginning of the outbox at least this often. */
 const FULL_PASS_MS = 1000;
 /** Jitter spreads retries of many deliveries failing together (±20 %). */
@@ -158,6 +163,8 @@ export class Dispatcher {
   private pumpTimer: NodeJS.Timeout | undefined;
   private closing = false;
   private readonly busy = new Set<Promise<unknown>>();
+  /** Per message of a failure that repeats (logRepeated): when it was last logged, and since. */
+  private readonly repeats = new Map<string, { at: number; since: number }>();
   private outcomes: { write: Write<unknown>; done: (err?: unknown) => void }[] = [];
   /**
    * Outbox rows whose first attempts are out, by event id. `left` counts what is not stored yet:
@@ -238,6 +245,21 @@ export class Dispatcher {
     void p.finally(() => this.busy.delete(p));
   }
 
+  /**
+   * Logs `msg` at once the first time, then at most every REPEAT_LOG_EVERY_MS while it repeats,
+   * with `repeated`: how many times it happened since it was last logged.
+   */
+  private logRepeated(level: 'warn' | 'error', fields: Record<string, unknown>, msg: string): void {
+    const now = Date.now();
+    const seen = this.repeats.get(msg);
+    if (seen !== undefined && now - seen.at < REPEAT_LOG_EVERY_MS) {
+      seen.since++;
+      return;
+    }
+    this.host.log[level]({ ...fields, repeated: seen?.since ?? 0 }, msg);
+    this.repeats.set(msg, { at: now, since: 0 });
+  }
+
   private async pump(): Promise<void> {
     try {
       do {
@@ -276,12 +298,14 @@ export class Dispatcher {
           after = [last.v, last.id];
           this.pumpCursor = after;
         }
-        if (kept > 0) throw new Error(`${kept} events wait for their endpoints' owner`);
+        if (kept > 0) throw new WaitingForOwner(kept);
       } while (this.pumpAgain);
       this.pumping = false;
     } catch (err) {
       this.fullPassDue = true;
-      this.host.log.error({ err }, 'webhook fan-out failed; retrying');
+      // Events waiting for an owner that does not answer are an outage elsewhere, not a fault here.
+      if (err instanceof WaitingForOwner) this.logRepeated('warn', { waiting: err.waiting }, 'webhook events wait for their endpoints\' owner; retrying');
+      else this.logRepeated('error', { err }, 'webhook fan-out failed; retrying');
       this.pumpTimer = setTimeout(() => {
         this.pumping = false;
         this.kick();
@@ -315,7 +339,7 @@ export class Dispatcher {
         try {
           all = await this.endpointsOf(event.tenant);
         } catch (err) {
-          this.host.log.warn({ err, tenant: event.tenant }, 'webhook endpoints unreadable; the events wait');
+          this.logRepeated('warn', { err, tenant: event.tenant }, 'webhook endpoints unreadable; the events wait');
           unreadable.add(event.tenant);
         }
       }
@@ -964,4 +988,11 @@ const MAX_FRESH = 1024;
 function handOver(w: Worker, records: DeliveryRecord[]): void {
   const room = MAX_FRESH - w.fresh.length;
   if (room > 0) w.fresh.push(...(records.length > room ? records.slice(0, room) : records));
+}
+
+/** A fan-out pass that left events in the outbox because their endpoints' owner did not answer. */
+class WaitingForOwner extends Error {
+  constructor(readonly waiting: number) {
+    super(`${waiting} events wait for their endpoints' owner`);
+  }
 }

@@ -9,7 +9,7 @@ import type { Bus } from '../common/bus.js';
 import { newId, partitionFor } from '../common/ids.js';
 import { newSigningSecret } from '../common/webhook-signature.js';
 import type { EndpointRecord } from '../proto/webhooks.js';
-import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { capturingLog, removeDir, tempDir } from './helpers/edge-kit.js';
 import { endpointCreate, ok, startReceiver, until } from './helpers/webhook-kit.js';
 import { allPartitions } from '../common/partitions.js';
 
@@ -48,12 +48,13 @@ test('events of a tenant whose endpoints cannot be read wait, without holding up
     },
     close: () => Promise.resolve(),
   };
+  const lines: string[] = [];
   const dir = await tempDir('webhook-owner-down');
   const host = new ActorHost({
     dataDir: dir,
     partitions: owned,
     mailboxLimit: 1000,
-    log: silentLog(),
+    log: capturingLog(lines),
     webhooks: { retrySchedule: [1, 1], timeoutMs: 2000, disableAfterMs: 3600_000, allowPrivateTargets: true, remote },
   });
   try {
@@ -70,6 +71,15 @@ test('events of a tenant whose endpoints cannot be read wait, without holding up
     await until('the other tenant is delivered to', () => receiver.got.some((g) => g.path === '/hook/local'), 10_000);
     t.is(receiver.got.filter((g) => g.path === '/hook/remote').length, 0);
     t.true(asked > 0);
+    // A fan-out pass a second while the owner stays down, each a failure, logged once a minute.
+    const passes = asked;
+    await until('three more passes', () => asked >= passes + 3, 10_000);
+    const logged = (msg: string): { level: number; repeated: number }[] => lines.map((l) => JSON.parse(l) as { msg: string; level: number; repeated: number }).filter((l) => l.msg === msg);
+    const waiting = logged("webhook events wait for their endpoints' owner; retrying");
+    t.is(waiting.length, 1, `${waiting.length} lines for ${asked} passes`);
+    t.is(waiting[0]!.level, 40, 'a warning: the outage is elsewhere');
+    t.is(logged('webhook fan-out failed; retrying').length, 0);
+    t.is(logged('webhook endpoints unreadable; the events wait').length, 1);
 
     ownerUp = true;
     await until('every waiting event is delivered', () => new Set(receiver.got.filter((g) => g.path === '/hook/remote').map((g) => g.json.id as string)).size === 70, 15_000);
