@@ -182,8 +182,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
         } catch (found) {
           answer = found;
         }
-      } else if (keyed && !route.replay && !keyed.keyUsed && answer instanceof ApiError && answer.status < 500) {
-        // A route whose answer is not kept in one place to look at first (a batch, a refund),
+      } else if (keyed && route.keyHome && !keyed.keyUsed && answer instanceof ApiError && answer.status < 500) {
+        // A route whose answer is not kept in one place to look at first (RouteDef.keyHome),
         // refused before any write carried the key: a reuse of the key or the key in flight is
         // still answered first, from the key's home, which holds every key of its scope (a kept
         // answer, or the key taken for a write kept elsewhere). A kept answer of this very

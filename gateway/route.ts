@@ -131,6 +131,13 @@ export interface RouteDef {
      */
     lookFirst?: boolean;
   };
+  /**
+   * For a POST that writes but keeps no one answer to look for first (a batch, a refund, a
+   * webhook test; `replay` covers the others): a refusal before any of its writes carried the
+   * Idempotency-Key asks the key's home first, so a reuse of the key, or the key in flight, is
+   * answered before the refusal. Not for a POST that only reads (a batch-get).
+   */
+  keyHome?: true;
 }
 
 export function route(def: RouteDef): RouteDef {

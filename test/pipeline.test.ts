@@ -691,7 +691,7 @@ test('a keyed create whose first command is its write sends only that write; its
 
 test('a batch or a refund refused before any write carries its key still meets a reuse of the key first', async (t) => {
   const tenant = freshTenant('reuse-apart');
-  const tok = await token(SECRET, `${ALL_SCOPES} refunds:write`, { tenant });
+  const tok = await token(SECRET, `${ALL_SCOPES} refunds:write users:read`, { tenant });
   const keyed = (path: string, key: string, body: Call['body']): Call => ({ method: 'POST', path, headers: { ...bearer(tok), ...json, 'idempotency-key': key }, body });
   const typeOf = (a: Answer): unknown => a.json<{ type: string }>().type;
 
@@ -707,6 +707,10 @@ test('a batch or a refund refused before any write carries its key still meets a
     t.is(fresh.status, 422, fresh.text);
     t.is(typeOf(fresh), '/problems/validation-failed', 'under a fresh key the refusal is the answer');
   }
+  // A POST that only reads has no key to reuse: its refusal is its answer, without a look.
+  const readOnly = await t.context.call(keyed('/v1/users/batch-get', 'batch-1', { ids: [] }));
+  t.is(readOnly.status, 422, readOnly.text);
+  t.is(typeOf(readOnly), '/problems/validation-failed');
   const again = await t.context.call(batch);
   t.is(again.status, 207, again.text);
   t.is(again.headers['idempotent-replayed'], 'true');

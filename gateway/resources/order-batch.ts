@@ -137,6 +137,7 @@ export const orderBatchRoute: RouteDef = route({
   method: 'POST',
   path: '/v1/orders/batch',
   operationId: 'batchOrders',
+  keyHome: true,
   summary: 'Create, patch and delete orders in one request, each on its own (207) or all or nothing (`atomic`). Safe to retry with Idempotency-Key.',
   tag: 'orders',
   scope: 'orders:write',

@@ -140,6 +140,7 @@ export const refundRoutes: RouteDef[] = [
     method: 'POST',
     path: BASE,
     operationId: 'createRefund',
+    keyHome: true,
     summary: 'Refund a paid order, in full or in part. Asynchronous: answers 202 with the operation to poll.',
     tag: 'refunds',
     scope: 'refunds:write',

@@ -268,6 +268,7 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
       method: 'POST',
       path: `${BASE}/{endpointId}/test`,
       operationId: 'testWebhookEndpoint',
+      keyHome: true,
       summary: 'Send a `ping` event to this endpoint (only).',
       tag: 'webhooks',
       scope: 'webhooks:write',
