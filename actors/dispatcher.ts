@@ -124,6 +124,8 @@ const RETRY_AFTER_FAILURE_MS = 1000;
  * often, with how many times it failed since: an owner down for an hour is 60 lines, not 3,600.
  */
 const REPEAT_LOG_EVERY_MS = 60_000;
+/** Failures logRepeated remembers at once; past it, it starts over. */
+const MAX_REPEATS_KEPT = 1000;
 /** A pump pass starts from the beginning of the outbox at least this often. */
 const FULL_PASS_MS = 1000;
 /** Jitter spreads retries of many deliveries failing together (±20 %). */
@@ -163,8 +165,8 @@ export class Dispatcher {
   private pumpTimer: NodeJS.Timeout | undefined;
   private closing = false;
   private readonly busy = new Set<Promise<unknown>>();
-  /** Per message of a failure that repeats (logRepeated): when it was last logged, and since. */
-  private readonly repeats = new Map<string, { at: number; since: number }>();
+  /** Failures that repeat (logRepeated), by what tells them apart: when last logged and seen, and how often since. */
+  private readonly repeats = new Map<string, { at: number; last: number; since: number }>();
   private outcomes: { write: Write<unknown>; done: (err?: unknown) => void }[] = [];
   /**
    * Outbox rows whose first attempts are out, by event id. `left` counts what is not stored yet:
@@ -246,18 +248,26 @@ export class Dispatcher {
   }
 
   /**
-   * Logs `msg` at once the first time, then at most every REPEAT_LOG_EVERY_MS while it repeats,
-   * with `repeated`: how many times it happened since it was last logged.
+   * Logs a failure at once the first time, then at most every REPEAT_LOG_EVERY_MS while it
+   * repeats, with `repeated`: how many times it happened since it was last logged. Failures are
+   * told apart by message, tenant and kind of error, so one never hides another.
    */
-  private logRepeated(level: 'warn' | 'error', fields: Record<string, unknown>, msg: string): void {
+  private logRepeated(level: 'warn' | 'error', fields: { err?: unknown; tenant?: string; waiting?: number }, msg: string): void {
     const now = Date.now();
-    const seen = this.repeats.get(msg);
+    const kind = fields.err instanceof Error ? fields.err.name : '';
+    const key = `${msg}\u0000${fields.tenant ?? ''}\u0000${kind}`;
+    const seen = this.repeats.get(key);
     if (seen !== undefined && now - seen.at < REPEAT_LOG_EVERY_MS) {
       seen.since++;
+      seen.last = now;
       return;
     }
-    this.host.log[level]({ ...fields, repeated: seen?.since ?? 0 }, msg);
-    this.repeats.set(msg, { at: now, since: 0 });
+    // Repeats of an episode that ended long ago are not this one's.
+    const repeated = seen !== undefined && now - seen.last < REPEAT_LOG_EVERY_MS ? seen.since : 0;
+    this.host.log[level]({ ...fields, repeated }, msg);
+    // Bounded: tenants come and go.
+    if (seen === undefined && this.repeats.size >= MAX_REPEATS_KEPT) this.repeats.clear();
+    this.repeats.set(key, { at: now, last: now, since: 0 });
   }
 
   private async pump(): Promise<void> {

@@ -90,3 +90,35 @@ test('events of a tenant whose endpoints cannot be read wait, without holding up
     await removeDir(dir);
   }
 });
+
+test('repeated failures are logged once a minute each, told apart by tenant and kind of error', async (t) => {
+  const lines: string[] = [];
+  const dir = await tempDir('webhook-log-repeats');
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: allPartitions(),
+    mailboxLimit: 100,
+    log: capturingLog(lines),
+    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3600_000, allowPrivateTargets: true },
+  });
+  try {
+    // The dispatcher's own logging, driven directly: its callers are the fan-out's failure paths.
+    const dispatcher = (host as unknown as { dispatcher: { logRepeated(level: 'warn' | 'error', fields: { err?: unknown; tenant?: string }, msg: string): void } }).dispatcher;
+    const unreadable = 'webhook endpoints unreadable; the events wait';
+    const failed = 'webhook fan-out failed; retrying';
+    for (let i = 0; i < 3; i++) {
+      dispatcher.logRepeated('warn', { tenant: 'tenant-a' }, unreadable);
+      dispatcher.logRepeated('warn', { tenant: 'tenant-b' }, unreadable);
+      dispatcher.logRepeated('error', { err: new Error('MDB_MAP_FULL') }, failed);
+    }
+    dispatcher.logRepeated('error', { err: new TypeError('x is undefined') }, failed);
+    const logged = lines.map((l) => JSON.parse(l) as { msg: string; tenant?: string; err?: { type: string } }).filter((l) => l.msg === unreadable || l.msg === failed);
+    t.deepEqual(
+      logged.map((l) => `${l.msg} ${l.tenant ?? l.err?.type ?? ''}`),
+      [`${unreadable} tenant-a`, `${unreadable} tenant-b`, `${failed} Error`, `${failed} TypeError`],
+    );
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
