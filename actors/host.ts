@@ -111,7 +111,7 @@ interface Bound {
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 /**
- * How far a node's clock may be ahead of a gateway's before writes near their deadline are
+ * How far a node's clock may be ahead of a sender's (a gateway's) before writes near their deadline are
  * refused as late (Command.deadlineAt), and so how long past it a stalled write may still run.
  * Clocks kept by NTP differ by milliseconds.
  */
@@ -603,7 +603,7 @@ export class ActorHost implements ActorEndpoint {
   /**
    * Admits a write: bounded, keyed, and run as one turn holding every key it names. A write with
    * an Idempotency-Key also holds the key, so two requests with one key never run side by side.
-   * A write whose sender gave up before its turn (`admission` in process, `budgetMs` over NATS)
+   * A write whose sender gave up before its turn (`admission` in process, `budgetMs` or `deadlineAt` over NATS)
    * is dropped unrun.
    */
   private write(admission: Admission | undefined, cmd: Command, keys: string[], plan: (now: number) => Plan): Promise<Result<unknown>> {
