@@ -124,7 +124,7 @@ const RETRY_AFTER_FAILURE_MS = 1000;
  * often, with how many times it failed since: an owner down for an hour is 60 lines, not 3,600.
  */
 const REPEAT_LOG_EVERY_MS = 60_000;
-/** Failures logRepeated remembers at once; past it, it starts over. */
+/** Failures logRepeated remembers at once; past it, the oldest are forgotten. */
 const MAX_REPEATS_KEPT = 1000;
 /** A pump pass starts from the beginning of the outbox at least this often. */
 const FULL_PASS_MS = 1000;
@@ -166,7 +166,7 @@ export class Dispatcher {
   private closing = false;
   private readonly busy = new Set<Promise<unknown>>();
   /** Failures that repeat (logRepeated), by what tells them apart: when last logged and seen, and how often since. */
-  private readonly repeats = new Map<string, { at: number; last: number; since: number }>();
+  private readonly repeats = new BoundedMap<string, { at: number; last: number; since: number }>(MAX_REPEATS_KEPT);
   private outcomes: { write: Write<unknown>; done: (err?: unknown) => void }[] = [];
   /**
    * Outbox rows whose first attempts are out, by event id. `left` counts what is not stored yet:
@@ -265,8 +265,6 @@ export class Dispatcher {
     // Repeats of an episode that ended long ago are not this one's.
     const repeated = seen !== undefined && now - seen.last < REPEAT_LOG_EVERY_MS ? seen.since : 0;
     this.host.log[level]({ ...fields, repeated }, msg);
-    // Bounded: tenants come and go.
-    if (seen === undefined && this.repeats.size >= MAX_REPEATS_KEPT) this.repeats.clear();
     this.repeats.set(key, { at: now, last: now, since: 0 });
   }
 

@@ -256,17 +256,13 @@ export class ActorHost implements ActorEndpoint {
   sweepEvents(): Promise<number> {
     if (this.eventSweep) return this.eventSweep;
     const deliveries = this.actors.delivery.table as unknown as Table<DeliveryRecord>;
-    const run = sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - this.eventRetentionMs, SWEEP_BATCH, () => this.closing).then(
-      (removed) => {
-        this.eventSweep = undefined;
-        return removed;
-      },
-      (err: unknown) => {
-        this.eventSweep = undefined;
-        this.opts.log.warn({ err }, 'the event sweep could not remove expired events; the next sweep carries on');
-        return 0;
-      },
-    );
+    const swept = sweepEvents(this.store, { events: this.events.events, deliveries }, this.now() - this.eventRetentionMs, SWEEP_BATCH, () => this.closing).catch((err: unknown) => {
+      this.opts.log.warn({ err }, 'the event sweep could not remove expired events; the next sweep carries on');
+      return 0;
+    });
+    const run = whenSettled(swept, () => {
+      this.eventSweep = undefined;
+    });
     this.eventSweep = run;
     return run;
   }
