@@ -7,7 +7,7 @@ import { ActorHost } from '../actors/host.js';
 import { newId } from '../common/ids.js';
 import { allPartitions } from '../common/partitions.js';
 import type { BatchOp } from '../proto/messages.js';
-import { capturingLog, removeDir, tempDir } from './helpers/edge-kit.js';
+import { capturingLog, failCommits, removeDir, tempDir } from './helpers/edge-kit.js';
 
 const PARTITION = 11;
 const input = { currency: 'EUR', customerId: null, note: null, metadata: {} };
@@ -25,17 +25,6 @@ async function createOrders(host: ActorHost, n: number): Promise<void> {
     const r = await host.handle({ kind: 'order.batch', tenant: 't1', partition: PARTITION, atomic: false, ops });
     if (!r.ok) throw new Error(`batch failed: ${r.error.code}`);
   }
-}
-
-/** Makes the host's next `n` commits fail, as a full disk would. */
-function failCommits(host: ActorHost, n: number): void {
-  const store = (host as unknown as { store: { commit(writes: unknown[]): Promise<void> } }).store;
-  const commit = store.commit.bind(store);
-  let left = n;
-  store.commit = async (writes) => {
-    if (left-- > 0) throw new Error('MDB_MAP_FULL: the disk is full');
-    return commit(writes);
-  };
 }
 
 test('a commit the event sweep cannot make is logged, and the next sweep removes what is due', async (t) => {

@@ -7,7 +7,7 @@ import { newId, partitionOf } from '../common/ids.js';
 import { ActorHost } from '../actors/host.js';
 import type { BatchOp, BatchOutcome, Command, OrderRecord, Result } from '../proto/messages.js';
 import { allPartitions } from '../common/partitions.js';
-import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { failCommits, removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 
 interface Context {
   dir: string;
@@ -113,16 +113,7 @@ test('a retry queued behind the sweep of its expired key runs when the sweep fai
     valueOf(await host.handle(create(id)));
     t.is(valueOf<OrderRecord>(await host.handle(patch(id, { v: '1' }, 'swept'))).version, 2);
     clock += 5000; // the key's record has expired
-    const store = (host as unknown as { store: { commit(writes: unknown[]): Promise<void> } }).store;
-    const commit = store.commit.bind(store);
-    let failures = 1;
-    store.commit = async (writes) => {
-      if (failures-- > 0) {
-        await new Promise((resolve) => setTimeout(resolve, 20));
-        throw new Error('the disk is full');
-      }
-      return commit(writes);
-    };
+    failCommits(host, 1, 20);
     const sweep = host.sweepIdempotency();
     const retry = host.handle(patch(id, { v: '2' }, 'swept'));
     const [swept, answered] = await Promise.allSettled([sweep, retry]);

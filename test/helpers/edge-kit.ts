@@ -28,6 +28,21 @@ export function silentLog(): Logger {
   return pino({ level: 'silent' });
 }
 
+/**
+ * Makes the next `n` commits of an actor host fail, as a full disk would; each failure comes
+ * after `delayMs`, so what is sent meanwhile queues behind the failing turn.
+ */
+export function failCommits(host: object, n: number, delayMs = 0): void {
+  const store = (host as { store: { commit(writes: unknown[]): Promise<void> } }).store;
+  const commit = store.commit.bind(store);
+  let left = n;
+  store.commit = async (writes) => {
+    if (left-- <= 0) return commit(writes);
+    if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+    throw new Error('MDB_MAP_FULL: the disk is full');
+  };
+}
+
 /** A logger whose JSON lines land in `lines`, to check what was (and was not) logged. */
 export function capturingLog(lines: string[]): Logger {
   return pino({ level: 'info' }, { write: (s: string) => void lines.push(s) });
