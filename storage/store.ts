@@ -278,6 +278,7 @@ export class Store {
       // next transaction start while the previous one flushes; we await `flushed` before acking.
     };
     const root = open(options);
+    letOrphanedCommitFailuresGo();
     return new Store(root);
   }
 
@@ -314,6 +315,11 @@ export class Store {
       // it would name whatever batch came next, and every write would wait one more fsync.
       flushed = this.root.flushed.then(() => undefined);
       await committed.catch((err: unknown) => {
+        // A failed commit rejects `flushed` too, and lmdb-js rejects one more promise of its own
+        // with the cause (`commitError`). Nothing else waits on either: left unhandled, Node would
+        // end the process for them. The failure is answered through `err`.
+        flushed.catch(ignore);
+        (err as { commitError?: Promise<unknown> } | undefined)?.commitError?.catch(ignore);
         this.forgetUnsavedShapes();
         throw err;
       });
@@ -330,8 +336,7 @@ export class Store {
    * lmdb-js, inside the write transaction open at that moment or one of its own, and from then
    * on believes it stored. Should that transaction fail, the shape is gone from LMDB. Marked
    * uninitialized, each encoder reloads the stored shapes before its next record, as msgpackr
-   * does when a save of its own fails. (lmdb-js also leaves a failed transaction's commit
-   * rejected with no handler, which ends the process; a restart reloads the shapes too.)
+   * does when a save of its own fails.
    */
   private forgetUnsavedShapes(): void {
     for (const table of this.tables.values()) {
@@ -430,6 +435,34 @@ export class Store {
     await this.root.flushed;
     await this.root.close();
   }
+}
+
+function ignore(): void {}
+
+let orphansLetGo = false;
+
+/**
+ * lmdb-js 3.5 opens each event turn's batch with a write of its own whose promise it keeps
+ * nowhere (write.js, `writeBatchStart` of the event-turn batch). When that transaction's commit
+ * fails (a full disk, an I/O error), lmdb-js rejects that promise with the rest, and Node ends the
+ * process for a rejection no one handled. Every write of this module is answered through its
+ * own promise (Store.commit), so that orphan tells nothing new: it is let go. Any other
+ * unhandled rejection still ends the process, as Node's default does, unless another listener
+ * (a test runner's) takes it.
+ */
+function letOrphanedCommitFailuresGo(): void {
+  if (orphansLetGo) return;
+  orphansLetGo = true;
+  const listener = (reason: unknown): void => {
+    if (isCommitFailure(reason)) return;
+    if (process.listenerCount('unhandledRejection') === 1) throw reason;
+  };
+  process.on('unhandledRejection', listener);
+}
+
+/** The error lmdb-js rejects a failed transaction's writes with; the cause is in `commitError`. */
+function isCommitFailure(reason: unknown): boolean {
+  return reason instanceof Error && 'commitError' in reason && reason.message.startsWith('Commit failed');
 }
 
 /** Whether `keys` holds a key equal to `k`, element by element (a record has a handful). */

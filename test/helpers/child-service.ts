@@ -16,10 +16,24 @@ export interface Running {
 const MAIN = join(ROOT, 'dist', 'gateway', 'main.js');
 export const START_WITHIN_MS = 15_000;
 
+/**
+ * Lets a write grow no file past `bytes` (RLIMIT_FSIZE, set with util-linux's `prlimit`), which
+ * then fails as it would on a full disk. The kernel signals SIGXFSZ too, which would end the
+ * process: the child is started with it ignored, so the write fails with EFBIG instead.
+ */
+export interface FileSizeLimit {
+  fileSizeLimit: number;
+}
+
+const IGNORE_SIGXFSZ = 'data:text/javascript,process.on("SIGXFSZ",()=>{})';
+
 /** Starts the service on `dir` and resolves once it prints its listening line; `children` tracks it for cleanup. */
-export function startChild(children: Set<ChildProcess>, dir: string, secret: string, env: Record<string, string> = {}): Promise<Running> {
+export function startChild(children: Set<ChildProcess>, dir: string, secret: string, env: Record<string, string> = {}, limit?: FileSizeLimit): Promise<Running> {
   const started = Date.now();
-  const child = spawn(process.execPath, [MAIN], {
+  const [command, args] = limit
+    ? ['prlimit', [`--fsize=${limit.fileSizeLimit}`, '--', process.execPath, `--import=${IGNORE_SIGXFSZ}`, MAIN]]
+    : [process.execPath, [MAIN]];
+  const child = spawn(command, args, {
     env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
