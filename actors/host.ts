@@ -116,6 +116,8 @@ const SWEEP_EVERY_MS = 60_000;
  * Clocks kept by NTP differ by milliseconds.
  */
 export const CLOCK_SKEW_MS = 1000;
+/** Writes dropped by the wall clock alone are logged at most this often (Host.lateByClock). */
+const LATE_LOG_EVERY_MS = 60_000;
 /** Open operations a resume pass reads at most, looking for ones to start. */
 const RESUME_SCAN = 10_000;
 const SWEEP_BATCH = 1000;
@@ -151,6 +153,9 @@ export class ActorHost implements ActorEndpoint {
   private readonly ownedEndpoints: OwnedEndpoints;
   private inflight = 0;
   private readonly inflightLimit: number;
+  /** Writes dropped as late by the wall clock alone (`lateByClock`), and when that was last logged. */
+  private lateByClockDrops = 0;
+  private lateByClockLoggedAt = -Infinity;
   private readonly ttlMs: number;
   private readonly now: () => number;
   private readonly sweeper: NodeJS.Timeout;
@@ -622,10 +627,32 @@ export class ActorHost implements ActorEndpoint {
     this.inflight++;
     const turn = this.holding(held, () => {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
-      if (admission ? !admission.start() : performance.now() > expiresAt || Date.now() > dueBy) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
+      if (admission ? !admission.start() : performance.now() > expiresAt || this.lateByClock(dueBy)) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
       return this.turn(cmd, id, plan);
     });
     return whenSettled(turn, () => this.inflight--);
+  }
+
+  /**
+   * Whether a write with budget left is past its sender's wall-clock deadline. Either its message
+   * was held up before this node read it, or this node's clock is ahead of the sender's by more
+   * than CLOCK_SKEW_MS, and then every write from that sender is dropped: said at warn level, at
+   * most once a minute, with how many since.
+   */
+  private lateByClock(dueBy: number): boolean {
+    const now = Date.now();
+    if (now <= dueBy) return false;
+    this.lateByClockDrops++;
+    const at = performance.now();
+    if (at - this.lateByClockLoggedAt >= LATE_LOG_EVERY_MS) {
+      this.lateByClockLoggedAt = at;
+      this.opts.log.warn(
+        { dropped: this.lateByClockDrops, pastDeadlineMs: now - dueBy + CLOCK_SKEW_MS },
+        "writes dropped unrun: past their gateway's deadline by this node's clock, with time left by the time they carry. Either their messages were held up (a stalled nats-server, a paused process), or this node's clock is ahead of the gateway's by more than 1 s: check both clocks",
+      );
+      this.lateByClockDrops = 0;
+    }
+    return true;
   }
 
   /**

@@ -14,7 +14,7 @@ import { allRoutes } from '../gateway/app.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { cachedRendering } from '../gateway/representation.js';
 import type { Command, OrderRecord } from '../proto/messages.js';
-import { ALL_SCOPES, answerOf, assertProblem, freshTenant, removeDir, silentLog, tempDir, toRequest, token, type Call } from './helpers/edge-kit.js';
+import { ALL_SCOPES, answerOf, assertProblem, capturingLog, freshTenant, removeDir, silentLog, tempDir, toRequest, token, type Call } from './helpers/edge-kit.js';
 import { allPartitions } from '../common/partitions.js';
 
 interface Context {
@@ -144,6 +144,28 @@ test('a write whose sender\'s deadline passed on the wall clock is dropped unrun
   // Within what the clocks may differ by, it runs.
   const close = newId('order');
   t.like(await t.context.host.handle(create(close, Date.now() - CLOCK_SKEW_MS / 2)), { ok: true });
+});
+
+test('writes dropped as late by the wall clock alone are logged at warn, once a minute, with their count', async (t) => {
+  // What an actor node whose clock runs ahead of the gateway's sees: every write past its deadline.
+  const dir = await tempDir('late-log');
+  const lines: string[] = [];
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: capturingLog(lines) });
+  try {
+    const create = (deadlineAt: number): Command => {
+      const id = newId('order');
+      return { tenant: 'skewed', partition: partitionOf(id), id, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs: 60_000, deadlineAt };
+    };
+    for (let i = 0; i < 3; i++) t.like(await host.handle(create(Date.now() - CLOCK_SKEW_MS - 5000)), { ok: false, error: { code: 'unavailable' } });
+    t.like(await host.handle(create(Date.now())), { ok: true });
+    const late = lines.map((l) => JSON.parse(l) as { level: number; msg: string; dropped?: number; pastDeadlineMs?: number }).filter((l) => l.msg.includes("this node's clock"));
+    t.is(late.length, 1, 'one line for three drops within a minute');
+    t.like(late[0], { level: 40, dropped: 1 });
+    t.true(late[0]!.pastDeadlineMs! >= 5000, `past by ${String(late[0]!.pastDeadlineMs)} ms`);
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
 });
 
 test('the in-flight bound counts queued writes, not only running ones', async (t) => {
