@@ -6,7 +6,7 @@ export const PROBLEMS = {
   'malformed-request': {
     status: 400,
     title: 'Malformed request',
-    doc: 'The request could not be read: bad JSON, JSON nested too deep, a member named `__proto__` or a `constructor` holding `prototype`, invalid UTF-8, or a bad header. When the message framing is at fault (`Content-Length` and `Transfer-Encoding` together, a repeated or non-decimal `Content-Length`, a transfer coding other than `chunked`), the connection is closed after the answer.',
+    doc: 'The request could not be read: bad JSON, JSON nested too deep, a member named `__proto__` or a `constructor` holding `prototype`, invalid UTF-8, or a bad header. When the message framing is at fault (`Content-Length` and `Transfer-Encoding` together, a repeated or non-decimal `Content-Length`), the connection is closed after the answer.',
   },
   'invalid-parameter': { status: 400, title: 'Invalid parameter', doc: 'A query parameter is unknown, out of range, or not allowed here. `errors[].parameter` names each one.' },
   'validation-failed': { status: 422, title: 'Validation failed', doc: 'The body is well-formed JSON but breaks the resource schema. `errors[]` has one entry per invalid member, with an RFC 6901 `pointer`.' },
@@ -19,6 +19,11 @@ export const PROBLEMS = {
   'invalid-state': { status: 409, title: 'Invalid state', doc: 'The resource is not in a state that allows this action (for example paying a cancelled order).' },
   gone: { status: 410, title: 'Gone', doc: 'The endpoint is retired, or in a scheduled brownout ahead of its retirement. The problem names the successor in `successor` (for this request) and says which in `lifecycle` (`retired` or `brownout`); the `Link` header carries `rel="successor-version"` and `rel="deprecation"` (the migration guide). `GET /v1/deprecations` lists the schedule.' },
   'precondition-failed': { status: 412, title: 'Precondition failed', doc: 'The `If-Match` entity tag does not match the current representation. GET it again and retry.' },
+  'length-required': {
+    status: 411,
+    title: 'Length required',
+    doc: 'A request body must be sent with `Content-Length`. `Transfer-Encoding` (a chunked body) is not accepted; the connection is closed after the answer.',
+  },
   'payload-too-large': { status: 413, title: 'Payload too large', doc: 'The body or the batch exceeds the configured limit.' },
   'unsupported-media-type': { status: 415, title: 'Unsupported media type', doc: 'Send bodies as `application/json` (or `application/merge-patch+json` for PATCH).' },
   'request-header-fields-too-large': {

@@ -12,7 +12,6 @@ export interface RequestHeaders {
   'accept-language'?: string;
   'content-type'?: string;
   'content-length'?: string;
-  'transfer-encoding'?: string;
   'if-match'?: string;
   'if-none-match'?: string;
   'idempotency-key'?: string;

@@ -51,7 +51,6 @@ class KeptHeaders implements RequestHeaders {
   'accept-language': string | undefined = undefined;
   'content-type': string | undefined = undefined;
   'content-length': string | undefined = undefined;
-  'transfer-encoding': string | undefined = undefined;
   'if-match': string | undefined = undefined;
   'if-none-match': string | undefined = undefined;
   'idempotency-key': string | undefined = undefined;
@@ -137,14 +136,12 @@ function refuseHead(headers: RequestHeaders, headBytes: number, lengths: number,
     // intermediary that frames by the other one, and the server must close the connection after
     // answering. (uWS 20.30 already drops such a connection unanswered; this does not rely on it.)
     if (declared !== undefined) return badFraming('The request has both Content-Length and Transfer-Encoding.');
-    // RFC 9112 §6.3 item 4: chunked must be the final coding; and uWS frames any
-    // Transfer-Encoding as chunked, so anything but one `chunked` would be misread. 400 rather
-    // than the 501 RFC 9112 §6.1 suggests for an unknown coding: a 5xx tells the client a retry
-    // may succeed (SPEC §7.2).
-    if (codings > 1 || headers['transfer-encoding']!.toLowerCase() !== 'chunked') {
-      return badFraming('Transfer-Encoding must be chunked alone; no other transfer coding is supported.');
-    }
-    return undefined;
+    // No chunked body is read: uWS 20.30's chunked parser misframes what RFC 9112 §7.1 allows and
+    // what it forbids. It takes a size line's leading space for the end of the size (a size of 0,
+    // the last chunk, and the chunk's data then read as a request of its own), an extension's
+    // characters for hex digits, and a trailer field for the next request's start. Refused before
+    // a byte is read and closed, a chunked body is never parsed (RFC 9110 §15.5.12).
+    return new ApiError('length-required', 'A request body must be sent with Content-Length; Transfer-Encoding is not accepted.');
   }
   if (declared === undefined) return undefined;
   // RFC 9112 §6.3 item 5: an invalid Content-Length is an unrecoverable framing error, answered
@@ -227,10 +224,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
           else if (k === 'idempotency-key') headers['idempotency-key'] = joined(headers['idempotency-key'], v);
           break;
         case 17:
-          if (k === 'transfer-encoding') {
-            codings++;
-            headers['transfer-encoding'] = joined(headers['transfer-encoding'], v);
-          }
+          if (k === 'transfer-encoding') codings++;
           break;
       }
     });
@@ -322,10 +316,10 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
 
     const refusal = refuseHead(headers, headBytes, lengths, codings, opts.maxBodyBytes);
     if (refusal) return refuse(refusal);
-    if (lengths === 0 && codings === 0) return run();
+    if (lengths === 0) return run();
     exchange.watch();
-    // refuseHead let a Content-Length through only as digits within the limit.
-    const body = new BodyBuffer(opts.maxBodyBytes, lengths === 0 ? undefined : Number(headers['content-length']));
+    // refuseHead let a body through only with one Content-Length of digits within the limit.
+    const body = new BodyBuffer(Number(headers['content-length']), maxChunks(opts.maxBodyBytes));
     let refused = false;
     res.onData((chunk, isLast) => {
       if (refused) return;
@@ -336,9 +330,6 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
           request.body = body.body;
           run();
           return;
-        case 'too-large':
-          refused = true;
-          return refuse(tooLarge(opts.maxBodyBytes));
         case 'too-fragmented':
           refused = true;
           return refuse(badFraming(`The body came in more than ${maxChunks(opts.maxBodyBytes)} pieces; send it in fewer, larger ones.`));

@@ -6,7 +6,6 @@ import anyTest, { type TestFn } from 'ava';
 import { Pool } from 'undici';
 import { loadConfig } from '../common/config.js';
 import { type Service, startService } from '../gateway/app.js';
-import { maxChunks } from '../gateway/body.js';
 import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
 import { afterResponses, asAnswer, chunked, only, parseResponses, rawExchange, rawHeader, rawRequest, type RawResponse } from './helpers/raw-http.js';
 
@@ -101,56 +100,38 @@ test('a traceparent on a refused body sets the 413 trace id', async (t) => {
   t.is(assertProblem(t, asAnswer(r), 413, 'payload-too-large').traceId, trace);
 });
 
-test('a chunked body over the limit is refused with 413 and nothing is created', async (t) => {
-  const tok = await tenantToken('chunked-over');
-  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
-  const body = chunked(orderBodyOfSize(LIMIT * 2), 1000);
-  const ex = await rawExchange(t.context.service.port, { send: [head, body], timeoutMs: 3000 });
-  t.true(ex.closed, 'the server closes the connection');
-  assertProblem(t, asAnswer(only(parseResponses(ex.bytes, ['POST']))), 413, 'payload-too-large');
-
-  // Stalling after the limit is crossed still gets an answer at once.
-  const stalled = await rawExchange(t.context.service.port, { send: [head, chunked(orderBodyOfSize(LIMIT * 2), 1000).subarray(0, LIMIT + 200)], timeoutMs: 3000 });
-  t.true(stalled.closed);
-  t.true((stalled.closedAfterMs ?? Infinity) < 2000);
-  t.is(only(parseResponses(stalled.bytes, ['POST'])).status, 413);
-
-  t.deepEqual(await listIds(t, tok), [], 'nothing was created');
-});
-
-test('a chunked body under the limit is read whole and creates the order', async (t) => {
-  const tok = await tenantToken('chunked-ok');
-  const json = orderBodyOfSize(3000);
-  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', Connection: 'close' });
-  const ex = await rawExchange(t.context.service.port, { send: [head, chunked(json, 257)], timeoutMs: 5000 });
-  const r = only(parseResponses(ex.bytes, ['POST']));
-  t.is(r.status, 201, r.body.toString());
-  const created = JSON.parse(r.body.toString()) as { id: string; note: string; metadata: Record<string, string> };
-  const sent = JSON.parse(json) as { note: string; metadata: Record<string, string> };
-  t.is(created.note, sent.note);
-  t.deepEqual(created.metadata, sent.metadata);
-  t.is(rawHeader(r, 'location'), `/v1/orders/${created.id}`);
-  t.deepEqual(await listIds(t, tok), [created.id]);
-});
-
-test('a chunked body in one-byte chunks is read whole, up to the bound on pieces', async (t) => {
-  const tok = await tenantToken('chunked-bytes');
-  const json = orderBodyOfSize(maxChunks(LIMIT) - 40);
-  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked', Connection: 'close' });
-  const ex = await rawExchange(t.context.service.port, { send: [head, chunked(json, 1)], timeoutMs: 5000 });
-  const r = only(parseResponses(ex.bytes, ['POST']));
-  t.is(r.status, 201, r.body.toString());
-  t.is((JSON.parse(r.body.toString()) as { note: string }).note, (JSON.parse(json) as { note: string }).note);
-});
-
-test('a body in more pieces than the bound is refused 400 and closed, and nothing is created', async (t) => {
-  const tok = await tenantToken('chunked-shards');
-  const head = rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
-  const ex = await rawExchange(t.context.service.port, { send: [head, chunked(orderBodyOfSize(maxChunks(LIMIT) + 40), 1)], timeoutMs: 5000 });
-  t.true(ex.closed, 'the server closes the connection');
-  const problem = assertProblem(t, asAnswer(only(parseResponses(ex.bytes, ['POST']))), 400, 'malformed-request');
-  t.regex(String(problem.detail), /pieces/);
-  t.deepEqual(await listIds(t, tok), [], 'nothing was created');
+test('a chunked body is refused 411 from its head and closed, at once, whatever follows it; nothing runs', async (t) => {
+  const tok = await tenantToken('chunked');
+  const auth = { Authorization: `Bearer ${tok}` };
+  const chunkedPost = (path: string, body: Buffer | string): Buffer =>
+    rawRequest('POST', path, { ...auth, 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' }, Buffer.isBuffer(body) ? body : Buffer.from(body, 'latin1'));
+  const victim = await createOrder(t, tok);
+  const deleteVictim = `DELETE /v1/orders/${victim.id} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${tok}\r\n\r\n`;
+  const cases: [string, Buffer][] = [
+    ['a well-formed chunked body', chunkedPost('/v1/orders', chunked(orderBodyOfSize(3000), 257))],
+    ['a chunked body over the limit', chunkedPost('/v1/orders', chunked(orderBodyOfSize(LIMIT * 2), 1000))],
+    ['a chunked body cut short, the client waiting', chunkedPost('/v1/orders', chunked(orderBodyOfSize(LIMIT * 2), 1000).subarray(0, LIMIT + 200))],
+    // uWS 20.30 reads a size line's leading space as the end of a size of 0, the last chunk: the
+    // chunk's data would then be a request of its own, here one deleting an order.
+    ['a size line with a leading space and a request in its data', chunkedPost('/v1/products', ` ${(deleteVictim.length + 2).toString(16)}\r\nXX${deleteVictim}`)],
+    // A chunk extension RFC 9112 §7.1.1 allows, whose characters uWS reads as hex digits.
+    ['a chunk extension of hex-like characters', chunkedPost('/v1/orders', '12;e=1\r\n{"currency":"EUR"}\r\n0\r\n\r\n')],
+    // A trailer field RFC 9112 §7.1.2 allows, which uWS reads as the next request's start.
+    ['a trailer field, then a GET', chunkedPost('/v1/orders', `12\r\n{"currency":"EUR"}\r\n0\r\nX-T: 1\r\n\r\nGET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`)],
+  ];
+  for (const [why, bytes] of cases) {
+    const ex = await rawExchange(t.context.service.port, { send: [bytes], timeoutMs: 4000 });
+    t.true(ex.closed && (ex.closedAfterMs ?? Infinity) < 2000, `${why}: closed after ${ex.closedAfterMs} ms`);
+    // Refused before a byte of the body is read; where uWS meets a request in what follows before
+    // the refusal is out, it drops the connection unanswered. Never a second answer.
+    const answers = parseResponses(ex.bytes, ['POST']);
+    t.true(answers.length <= 1, `${why}: ${answers.length} answers`);
+    for (const r of answers) t.regex(String(assertProblem(t, asAnswer(r), 411, 'length-required').detail), /Content-Length/, why);
+  }
+  // The well-formed one is answered whole.
+  const plain = await rawExchange(t.context.service.port, { send: [cases[0]![1]], timeoutMs: 4000 });
+  assertProblem(t, asAnswer(only(parseResponses(plain.bytes, ['POST']))), 411, 'length-required');
+  t.deepEqual(await listIds(t, tok), [victim.id], 'nothing was created, and the order is still there');
 });
 
 async function createOrder(t: { context: Context }, tok: string, body: object = { currency: 'EUR' }): Promise<{ id: string; etag: string; text: string }> {
