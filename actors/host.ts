@@ -111,9 +111,11 @@ interface Bound {
 const DAY_MS = 24 * 3600_000;
 const SWEEP_EVERY_MS = 60_000;
 /**
- * How far a node's clock may be ahead of a sender's (a gateway's) before writes near their deadline are
- * refused as late (Command.deadlineAt), and so how long past it a stalled write may still run.
- * Clocks kept by NTP differ by milliseconds.
+ * How far a node's clock may differ from a sender's (a gateway's). A write is dropped unrun once
+ * the node's clock reads within this of the sender's deadline (Command.deadlineAt): with the
+ * clocks this close either way, no write begins after its sender has answered 503, and a node
+ * whose clock is behind by the most still leaves its commit this long. Clocks kept by NTP differ
+ * by milliseconds.
  */
 export const CLOCK_SKEW_MS = 1000;
 /** Writes dropped by the wall clock alone are logged at most this often (Host.lateByClock). */
@@ -623,32 +625,35 @@ export class ActorHost implements ActorEndpoint {
     // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
-    const dueBy = cmd.deadlineAt === undefined ? Infinity : cmd.deadlineAt + CLOCK_SKEW_MS;
+    const dueBy = cmd.deadlineAt === undefined ? Infinity : cmd.deadlineAt - CLOCK_SKEW_MS;
     this.inflight++;
     const turn = this.holding(held, () => {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
-      if (admission ? !admission.start() : performance.now() > expiresAt || this.lateByClock(dueBy)) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
+      if (admission ? !admission.start() : performance.now() > expiresAt || this.lateByClock(dueBy, expiresAt)) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
       return this.turn(cmd, id, plan);
     });
     return whenSettled(turn, () => this.inflight--);
   }
 
   /**
-   * Whether a write with budget left is past its sender's wall-clock deadline. Either its message
-   * was held up before this node read it, or this node's clock is ahead of the sender's by more
-   * than CLOCK_SKEW_MS, and then every write from that sender is dropped: said at warn level, at
-   * most once a minute, with how many since.
+   * Whether a write is past `dueBy`, its cutoff on the wall clock. A write dropped by that while
+   * its budget, counted from when this node read it, has more than CLOCK_SKEW_MS left shows the
+   * two clocks disagree: its message was held up before this node read it, or this node's clock
+   * is ahead of the sender's, and then every write from that sender may be dropped. That is said
+   * at warn level, at most once a minute, with how many since. (A write that waited its time out
+   * in its key's queue is late by both and is not counted.)
    */
-  private lateByClock(dueBy: number): boolean {
+  private lateByClock(dueBy: number, expiresAt: number): boolean {
     const now = Date.now();
     if (now <= dueBy) return false;
-    this.lateByClockDrops++;
     const at = performance.now();
+    if (expiresAt - at <= CLOCK_SKEW_MS) return true;
+    this.lateByClockDrops++;
     if (at - this.lateByClockLoggedAt >= LATE_LOG_EVERY_MS) {
       this.lateByClockLoggedAt = at;
       this.opts.log.warn(
-        { dropped: this.lateByClockDrops, pastDeadlineMs: now - dueBy + CLOCK_SKEW_MS },
-        "writes dropped unrun: past their gateway's deadline by this node's clock, with time left by the time they carry. Either their messages were held up (a stalled nats-server, a paused process), or this node's clock is ahead of the gateway's by more than 1 s: check both clocks",
+        { dropped: this.lateByClockDrops, pastCutoffMs: now - dueBy, budgetLeftMs: Math.round(expiresAt - at) },
+        "writes dropped unrun: by this node's clock their gateway's deadline is less than 1 s away or past, while the time they carry says otherwise. Either their messages were held up (a stalled nats-server, a paused process), or this node's clock is ahead of the gateway's: check both clocks",
       );
       this.lateByClockDrops = 0;
     }

@@ -245,7 +245,7 @@ interface Base {
    * The same deadline on the sender's wall clock (ms since the epoch), set with `budgetMs`. The
    * budget counts from when the node reads the message; this also counts the time before, which
    * a stalled nats-server or a paused node can make longer than the budget itself. A node whose
-   * clock reads past it by more than CLOCK_SKEW_MS (actors/host.ts) drops the write unrun.
+   * clock reads within CLOCK_SKEW_MS of it, or past it (actors/host.ts), drops the write unrun.
    */
   deadlineAt?: number;
 }

@@ -139,11 +139,15 @@ test('a write whose sender\'s deadline passed on the wall clock is dropped unrun
   // carries its whole budget; its wall-clock deadline shows it is late.
   const create = (id: string, deadlineAt: number): Command => ({ tenant: 'late', partition: partitionOf(id), id, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs: 60_000, deadlineAt });
   const stale = newId('order');
-  t.like(await t.context.host.handle(create(stale, Date.now() - CLOCK_SKEW_MS - 2000)), { ok: false, error: { code: 'unavailable' } });
+  t.like(await t.context.host.handle(create(stale, Date.now() - 2000)), { ok: false, error: { code: 'unavailable' } });
   t.like(await t.context.host.handle({ tenant: 'late', partition: partitionOf(stale), id: stale, kind: 'order.get' }), { ok: false, error: { code: 'not-found' } });
-  // Within what the clocks may differ by, it runs.
+  // Within what the clocks may differ by of the deadline, the sender may already have answered
+  // 503 by its own clock: dropped too.
   const close = newId('order');
-  t.like(await t.context.host.handle(create(close, Date.now() - CLOCK_SKEW_MS / 2)), { ok: true });
+  t.like(await t.context.host.handle(create(close, Date.now() + CLOCK_SKEW_MS / 2)), { ok: false, error: { code: 'unavailable' } });
+  t.like(await t.context.host.handle({ tenant: 'late', partition: partitionOf(close), id: close, kind: 'order.get' }), { ok: false, error: { code: 'not-found' } });
+  // Further from it, it runs.
+  t.like(await t.context.host.handle(create(newId('order'), Date.now() + CLOCK_SKEW_MS + 2000)), { ok: true });
 });
 
 test('writes dropped as late by the wall clock alone are logged at warn, once a minute, with their count', async (t) => {
@@ -152,16 +156,20 @@ test('writes dropped as late by the wall clock alone are logged at warn, once a 
   const lines: string[] = [];
   const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: capturingLog(lines) });
   try {
-    const create = (deadlineAt: number): Command => {
+    const create = (deadlineAt: number, budgetMs = 60_000): Command => {
       const id = newId('order');
-      return { tenant: 'skewed', partition: partitionOf(id), id, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs: 60_000, deadlineAt };
+      return { tenant: 'skewed', partition: partitionOf(id), id, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs, deadlineAt };
     };
-    for (let i = 0; i < 3; i++) t.like(await host.handle(create(Date.now() - CLOCK_SKEW_MS - 5000)), { ok: false, error: { code: 'unavailable' } });
-    t.like(await host.handle(create(Date.now())), { ok: true });
-    const late = lines.map((l) => JSON.parse(l) as { level: number; msg: string; dropped?: number; pastDeadlineMs?: number }).filter((l) => l.msg.includes("this node's clock"));
-    t.is(late.length, 1, 'one line for three drops within a minute');
-    t.like(late[0], { level: 40, dropped: 1 });
-    t.true(late[0]!.pastDeadlineMs! >= 5000, `past by ${String(late[0]!.pastDeadlineMs)} ms`);
+    const late = (): { level: number; msg: string; dropped?: number; pastCutoffMs?: number }[] =>
+      lines.map((l) => JSON.parse(l) as { level: number; msg: string; dropped?: number; pastCutoffMs?: number }).filter((l) => l.msg.includes("this node's clock"));
+    // Late by the wall clock and by the time it carries alike: a write that waited its time out.
+    t.like(await host.handle(create(Date.now() - 5000, CLOCK_SKEW_MS / 2)), { ok: false, error: { code: 'unavailable' } });
+    t.deepEqual(late(), [], 'a write late by both clocks says nothing of them');
+    for (let i = 0; i < 3; i++) t.like(await host.handle(create(Date.now() - 5000)), { ok: false, error: { code: 'unavailable' } });
+    t.like(await host.handle(create(Date.now() + CLOCK_SKEW_MS + 5000)), { ok: true });
+    t.is(late().length, 1, 'one line for three drops within a minute');
+    t.like(late()[0], { level: 40, dropped: 1 });
+    t.true(late()[0]!.pastCutoffMs! >= 5000 + CLOCK_SKEW_MS, `past by ${String(late()[0]!.pastCutoffMs)} ms`);
   } finally {
     await host.close();
     await removeDir(dir);
