@@ -109,7 +109,7 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
         existingMatching(current, cmd, 'webhook endpoint');
         return { next: undefined, reply: null };
       case 'webhook.rotate': {
-        const e = existing(current, 'webhook endpoint');
+        const e = existingMatching(current, cmd, 'webhook endpoint');
         // The old secret keeps signing beside the new one (CONTRACT §10); older ones end sooner.
         const kept: SigningSecret[] = e.secrets
           .filter((s) => s.expiresAt === undefined || s.expiresAt > now)

@@ -2,7 +2,7 @@
 // the records the actor host keeps (events, the outbox, endpoints, deliveries) and the commands
 // and queries that reach them. proto/messages.ts adds these to its unions.
 
-import type { ListPage, ListQuery } from './messages.js';
+import type { Guarded, ListPage, ListQuery } from './messages.js';
 
 /**
  * Every event type the service emits, with the operation that emits it. The README's table is
@@ -133,14 +133,12 @@ interface Base {
   partition: number;
 }
 
-type Guard = { ifMatch: number[] | '*' | undefined };
-
 export type WebhookCommand =
   | (Base & { kind: 'webhook.create'; id: string; input: EndpointInput; secret: string })
   | (Base & { kind: 'webhook.get'; id: string })
-  | (Base & Guard & { kind: 'webhook.patch'; id: string; patch: EndpointPatch })
-  | (Base & Guard & { kind: 'webhook.delete'; id: string })
-  | (Base & { kind: 'webhook.rotate'; id: string; secret: string; keepOldMs: number })
+  | (Base & Guarded & { kind: 'webhook.patch'; id: string; patch: EndpointPatch })
+  | (Base & Guarded & { kind: 'webhook.delete'; id: string })
+  | (Base & Guarded & { kind: 'webhook.rotate'; id: string; secret: string; keepOldMs: number })
   | (Base & { kind: 'webhook.test'; id: string })
   /** The dispatcher disables an endpoint (a 410, or failing too long). */
   | (Base & { kind: 'webhook.disable'; id: string; reason: string })

@@ -222,7 +222,7 @@ test('after a rotation the old secret signs until its overlap ends, then only th
   const target = { tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id };
   const fresh = newSigningSecret();
   // The API keeps the old secret 24 h; the command takes the overlap, shortened here.
-  await ok(host.handle({ kind: 'webhook.rotate', ...target, secret: fresh, keepOldMs: 1500 }));
+  await ok(host.handle({ kind: 'webhook.rotate', ...target, ifMatch: undefined, secret: fresh, keepOldMs: 1500 }));
   const v1Count = (i: number): number => String(r.got[i]!.headers['service-signature']).split(',').filter((p) => p.startsWith('v1=')).length;
   await order(host, 'policy-rotate');
   await until('a delivery during the overlap', () => r.got.length >= 1);

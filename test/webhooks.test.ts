@@ -205,6 +205,28 @@ test('after a rotation both secrets sign for 24 h; each verifies', async (t) => 
   }
 });
 
+test('rotate-secret takes If-Match like every action: a stale tag or If-None-Match: * is 412 and rotates nothing', async (t) => {
+  const { c, r, endpoint } = await setup(t, 'wh-rotate-guard');
+  try {
+    const path = `/v1/webhook-endpoints/${endpoint.id}`;
+    const before = await c.get(path);
+    const etag = before.headers.etag!;
+    for (const headers of [{ 'if-match': '"999-stale"' }, { 'if-none-match': '*' }] as Record<string, string>[]) {
+      const refused = await c.post(`${path}/rotate-secret`, undefined, headers);
+      t.is(refused.status, 412, JSON.stringify(headers));
+      t.is(refused.json.type, '/problems/precondition-failed');
+    }
+    const unchanged = await c.get(path);
+    t.is(unchanged.headers.etag, etag, 'nothing rotated');
+    const rotated = await c.post(`${path}/rotate-secret`, undefined, { 'if-match': etag });
+    t.is(rotated.status, 200);
+    t.not(rotated.json.signingSecret, endpoint.signingSecret);
+    t.not(rotated.headers.etag, etag);
+  } finally {
+    await r.close();
+  }
+});
+
 test('a 500 is retried until a 2xx, with the same event id; the delivery log shows each attempt', async (t) => {
   const { c, r, endpoint } = await setup(t, 'wh-retry');
   try {

@@ -255,10 +255,10 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
       tag: 'webhooks',
       scope: 'webhooks:write',
       body: { schema: { type: 'object', additionalProperties: false, properties: {} }, required: false },
-      responses: { 200: 'The endpoint, with the new `signingSecret`.', ...problemResponses(404) },
+      responses: { 200: 'The endpoint, with the new `signingSecret`.', ...problemResponses(404, 412) },
       response: endpointSchema,
       async handle(ctx) {
-        const e = await ctx.bus.call({ kind: 'webhook.rotate', ...endpointTarget(ctx), secret: newSigningSecret(), keepOldMs: OLD_SECRET_MS });
+        const e = await ctx.bus.call({ kind: 'webhook.rotate', ...endpointTarget(ctx), ...guards(ctx), secret: newSigningSecret(), keepOldMs: OLD_SECRET_MS });
         return withSecret(e, 200);
       },
       replay: { partition: (ctx) => home(ctx).partition, outcome: (_ctx, reply) => withSecret(reply as EndpointRecord, 200) },
