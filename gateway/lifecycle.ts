@@ -53,9 +53,16 @@ const MAX_ENTRIES = 1000;
  */
 function realDateTime(m: RegExpExecArray): boolean {
   const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
-  const days = new Date(Date.UTC(year, month, 0)).getUTCDate();
   const zoneOk = m[9] === undefined || (Number(m[9]) <= 23 && Number(m[10]) <= 59);
-  return month >= 1 && month <= 12 && day >= 1 && day <= days && hour <= 23 && minute <= 59 && second <= 59 && zoneOk;
+  return realDay(year, month, day) && hour <= 23 && minute <= 59 && second <= 59 && zoneOk;
+}
+
+/** Whether the numbers name a day of the (proleptic Gregorian) calendar: no 2026-02-31, no month 13. */
+export function realDay(year: number, month: number, day: number): boolean {
+  if (month < 1 || month > 12 || day < 1) return false;
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+  const days = month === 2 ? (leap ? 29 : 28) : month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
+  return day <= days;
 }
 
 function timeOf(where: string, field: string, v: unknown): number {

@@ -13,7 +13,7 @@ import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import { toRanges } from '../common/partitions.js';
 import type { Authenticator } from './auth.js';
-import { LifecycleError, stateAt, type LifecycleEntry, type LifecycleRegistry } from './lifecycle.js';
+import { LifecycleError, realDay, stateAt, type LifecycleEntry, type LifecycleRegistry } from './lifecycle.js';
 import type { LifecycleFile } from './lifecycle-file.js';
 import type { Method } from './router.js';
 import type { RouteUsage } from './usage.js';
@@ -74,6 +74,12 @@ interface ChangeRequest {
 const STARTED = Date.now();
 
 type Unary<Req, Res> = grpc.handleUnaryCall<Req, Res>;
+
+/** A day as `since` names one: YYYY-MM-DD, and a day the calendar has. */
+function isDay(s: string): boolean {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s);
+  return m !== null && realDay(Number(m[1]), Number(m[2]), Number(m[3]));
+}
 
 function fail(code: grpc.status, details: string): grpc.ServiceError {
   return Object.assign(new Error(details), { code, details, metadata: new grpc.Metadata() });
@@ -195,7 +201,7 @@ export async function startOperator(deps: OperatorDeps, host: string, port: numb
     }),
     getUsage: guarded('GetUsage', async (req: { route: string; since: string; top: number }) => {
       if (!deps.readUsage) throw fail(grpc.status.UNIMPLEMENTED, 'usage is read through a gateway');
-      if (req.since !== '' && !/^\d{4}-\d{2}-\d{2}$/.test(req.since)) throw fail(grpc.status.INVALID_ARGUMENT, `since must be a day like 2026-05-01, got '${req.since}'`);
+      if (req.since !== '' && !isDay(req.since)) throw fail(grpc.status.INVALID_ARGUMENT, `since must be a day like 2026-05-01, got '${req.since}'`);
       const opts: { route?: string; since?: string; top: number } = { top: Math.min(req.top || 10, 1000) };
       if (req.route !== '') opts.route = req.route;
       if (req.since !== '') opts.since = req.since;

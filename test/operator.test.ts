@@ -264,6 +264,11 @@ test.serial('cluster: counts add up over gateways, a change reaches the other ga
       await new Promise((r) => setTimeout(r, 100));
     }
     t.deepEqual(read.routes[0].callers.map((c: { principal: string; count: number }) => [c.principal, c.count]), [['["cl","alice"]', 5], ['["cl","bob"]', 4]]);
+    // `since` names a day the calendar has.
+    for (const since of ['2026-1-1', '2026-13-01', '2026-02-31', '2027-02-29', '0000-00-00', '9999-99-99']) {
+      t.is((await status(op0, 'getUsage', { route: `GET ${ROUTE}`, since }, adminToken)).code, grpc.status.INVALID_ARGUMENT, since);
+    }
+    t.is((await unary(op0, 'getUsage', { route: `GET ${ROUTE}`, since: '2028-02-29' }, adminToken)).routes.length, 0, 'a leap day, after every call');
 
     const g1Api = await callerAt(g1!, secret, { sub: 'carol', tenant: 'cl', scope: 'orders:read' });
     await unary(op0, 'changeLifecycle', { action: 'RETIRE', method: 'GET', path: ROUTE, successor: '/v2/orders/{orderId}' }, adminToken);
