@@ -42,8 +42,9 @@ const STATES: readonly string[] = ['deprecated', 'sunsetting', 'retired'];
 const FIELDS = new Set(['method', 'path', 'state', 'deprecatedAt', 'sunsetAt', 'successor', 'guide', 'brownouts']);
 // RFC 3339 date-time with a zone; Date.parse alone accepts too much ("2026", "May 1").
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|[+-](\d{2}):(\d{2}))$/i;
-// A link target: an absolute http(s) URI or an absolute path, no whitespace, quotes or angle brackets.
-const LINK_TARGET = /^(https?:\/\/[^\s<>"]+|\/[^\s<>"]*)$/;
+// A link target: an absolute http(s) URI or an absolute path, in printable ASCII (a URI
+// reference is ASCII, RFC 3986; the Link header carries it as is) without quotes or angle brackets.
+const LINK_TARGET = /^(https?:\/\/[!#-;=?-~]+|\/[!#-;=?-~]*)$/;
 const MAX_BROWNOUTS = 100;
 const MAX_ENTRIES = 1000;
 
@@ -76,7 +77,7 @@ function timeOf(where: string, field: string, v: unknown): number {
 function linkOf(where: string, field: string, v: unknown): string | undefined {
   if (v === undefined) return undefined;
   if (typeof v !== 'string' || v.length > 2000 || !LINK_TARGET.test(v)) {
-    throw new LifecycleError(`${where}: ${field} must be an absolute path or an http(s) URL, got ${JSON.stringify(v)}`);
+    throw new LifecycleError(`${where}: ${field} must be an absolute path or an http(s) URL in ASCII (percent-encode the rest), got ${JSON.stringify(v)}`);
   }
   return v;
 }

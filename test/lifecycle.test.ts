@@ -254,7 +254,7 @@ test('bad entries are refused with a message naming the entry and the field', (t
   t.regex(refused([entry({ state: 'gone' as 'retired' })]), /entry 0 \(GET \/v1\/orders\/\{orderId\}\): state must be/);
   t.regex(refused([entry({ deprecatedAt: 'yesterday' })]), /deprecatedAt must be an RFC 3339 date-time/);
   // Dates Date.parse would roll over or stretch: no such instant.
-  for (const at of ['2026-02-30T00:00:00Z', '2026-04-31T00:00:00Z', '2026-01-01T24:00:00Z', '2026-13-01T00:00:00Z', '2026-01-01T00:00:60Z', '2026-01-01T00:00:00+24:00']) {
+  for (const at of ['2026-02-30T00:00:00Z', '2027-02-29T00:00:00Z', '2100-02-29T00:00:00Z', '2026-04-31T00:00:00Z', '2026-01-01T24:00:00Z', '2026-13-01T00:00:00Z', '2026-01-01T00:00:60Z', '2026-01-01T00:00:00+24:00']) {
     t.regex(refused([entry({ deprecatedAt: at })]), /deprecatedAt must be an RFC 3339 date-time/, at);
   }
   t.notThrows(() => parseEntries([entry({ deprecatedAt: '2028-02-29T23:59:59.5+02:00' })], routes), 'a leap day, fractions and an offset are fine');
@@ -262,6 +262,11 @@ test('bad entries are refused with a message naming the entry and the field', (t
   t.regex(refused([entry({ sunsetAt: '2025-01-01T00:00:00Z' })]), /sunsetAt must not be before deprecatedAt/);
   t.regex(refused([entry({ brownouts: [{ start: '2026-04-01T01:00:00Z', end: '2026-04-01T00:00:00Z' }] })]), /brownouts\[0\]: end must be after start/);
   t.regex(refused([entry({ successor: 'javascript:alert(1)' })]), /successor must be an absolute path or an http\(s\) URL/);
+  // A Link header carries the target as is: a URI reference, ASCII only (RFC 3986, RFC 8288).
+  for (const successor of ['/v2/prodücts/{productId}', 'https://example.com/€', '/v2/a b', '/v2/"q"']) {
+    t.regex(refused([entry({ successor })]), /successor must be an absolute path or an http\(s\) URL in ASCII/, successor);
+  }
+  t.notThrows(() => parseEntries([entry({ successor: '/v2/prod%C3%BCcts/{productId}?x=1#y', guide: 'https://example.com/guide~v2' })], routes));
   t.regex(refused([entry(), entry()]), /entry 1 .*a second entry for the same route/);
   t.regex(refused([{ ...entry(), sunset: SUNSET_AT }]), /unknown field 'sunset'/);
 });
