@@ -88,3 +88,8 @@ export function loadConfig(env: Env = process.env): Config {
     actorPartitions: env.ACTOR_PARTITIONS || undefined,
   };
 }
+
+/** The http origin of a server listening on `host` and `port`; an IPv6 address goes in brackets (RFC 3986 §3.2.2). */
+export function originOf(host: string, port: number): string {
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+}

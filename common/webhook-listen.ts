@@ -8,6 +8,7 @@ import { Buffer } from 'node:buffer';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { cliOptions, usageError } from './cli.js';
+import { originOf } from './config.js';
 import { verifyWebhook, WebhookVerificationError } from './webhook-signature.js';
 
 const USAGE = 'usage: npm run webhooks:listen -- --port 3000 --secret whsec_… [--secret whsec_…] [--host 127.0.0.1] [--quiet]\n';
@@ -68,5 +69,5 @@ const server = http.createServer((req, res) => {
 
 server.listen(Number(values.port), values.host, () => {
   const { port } = server.address() as AddressInfo;
-  process.stdout.write(`webhooks:listen verifying on http://${values.host}:${port}/ (register it with WEBHOOK_ALLOW_PRIVATE_TARGETS=1)\n`);
+  process.stdout.write(`webhooks:listen verifying on ${originOf(values.host, port)}/ (register it with WEBHOOK_ALLOW_PRIVATE_TARGETS=1)\n`);
 });

@@ -3,7 +3,7 @@
 
 import { join } from 'node:path';
 import type { Bus } from '../common/bus.js';
-import type { Config } from '../common/config.js';
+import { originOf, type Config } from '../common/config.js';
 import { LocalBus } from '../common/local-bus.js';
 import type { Logger } from '../common/log.js';
 import { jwtSecret } from '../common/secret.js';
@@ -148,7 +148,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     );
   }
   return {
-    url: `http://${config.host}:${server.port}`,
+    url: originOf(config.host, server.port),
     port: server.port,
     mode: config.natsUrl ? 'cluster' : 'embedded',
     gateway,

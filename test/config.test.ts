@@ -3,7 +3,7 @@
 
 import test from 'ava';
 import { hostSettings } from '../actors/host.js';
-import { ConfigError, loadConfig } from '../common/config.js';
+import { ConfigError, loadConfig, originOf } from '../common/config.js';
 
 test('defaults load; REFUND_PROCESSING_MS and the retention settings are read', (t) => {
   const c = loadConfig({});
@@ -34,4 +34,11 @@ test('events must outlive the retries of their deliveries', (t) => {
   t.regex(err.message, /EVENT_RETENTION_DAYS \(1\) must cover WEBHOOK_RETRY_SCHEDULE, which retries for 2\.0 days/);
   t.is(loadConfig({ EVENT_RETENTION_DAYS: '3', WEBHOOK_RETRY_SCHEDULE: '86400,86400' }).eventRetentionDays, 3);
   t.throws(() => loadConfig({ EVENT_RETENTION_DAYS: '2' }), { instanceOf: ConfigError }, 'the default schedule retries for about 2.8 days');
+});
+
+test('the origin printed for HOST puts an IPv6 address in brackets', (t) => {
+  t.is(originOf('127.0.0.1', 8080), 'http://127.0.0.1:8080');
+  t.is(originOf('localhost', 80), 'http://localhost:80');
+  t.is(originOf('::', 53675), 'http://[::]:53675');
+  t.is(originOf('::1', 8080), 'http://[::1]:8080');
 });
