@@ -115,9 +115,14 @@ const SWEEP_EVERY_MS = 60_000;
  * the node's clock reads within this of the sender's deadline (Command.deadlineAt): with the
  * clocks this close either way, no write begins after its sender has answered 503, and a node
  * whose clock is behind by the most still leaves its commit this long. Clocks kept by NTP differ
- * by milliseconds.
+ * by milliseconds. A write given less than twice this (BUS_TIMEOUT_MS under 2 s) is allowed half
+ * of its time instead (`skewAllowance`), or none would run.
  */
 export const CLOCK_SKEW_MS = 1000;
+/** How long before its sender's deadline a write of `budgetMs` is dropped by the wall clock (CLOCK_SKEW_MS). */
+export function skewAllowance(budgetMs: number | undefined): number {
+  return budgetMs === undefined ? CLOCK_SKEW_MS : Math.min(CLOCK_SKEW_MS, budgetMs / 2);
+}
 /** Writes dropped by the wall clock alone are logged at most this often (Host.lateByClock). */
 const LATE_LOG_EVERY_MS = 60_000;
 /** Open operations a resume pass reads at most, looking for ones to start. */
@@ -625,11 +630,12 @@ export class ActorHost implements ActorEndpoint {
     // Queued and running writes both count: the bound is on everything accepted (ARCHITECTURE 7).
     if (this.inflight >= this.inflightLimit) return Promise.resolve(UNAVAILABLE('The service is overloaded; retry shortly.'));
     const expiresAt = cmd.budgetMs === undefined ? Infinity : performance.now() + cmd.budgetMs;
-    const dueBy = cmd.deadlineAt === undefined ? Infinity : cmd.deadlineAt - CLOCK_SKEW_MS;
+    const allowance = skewAllowance(cmd.budgetMs);
+    const dueBy = cmd.deadlineAt === undefined ? Infinity : cmd.deadlineAt - allowance;
     this.inflight++;
     const turn = this.holding(held, () => {
       // The sender gave up on it (and answered 503): running it now would surprise a retry.
-      if (admission ? !admission.start() : performance.now() > expiresAt || this.lateByClock(dueBy, expiresAt)) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
+      if (admission ? !admission.start() : performance.now() > expiresAt || this.lateByClock(dueBy, expiresAt, allowance)) return Promise.resolve(UNAVAILABLE('The request could not be served in time.'));
       return this.turn(cmd, id, plan);
     });
     return whenSettled(turn, () => this.inflight--);
@@ -637,23 +643,23 @@ export class ActorHost implements ActorEndpoint {
 
   /**
    * Whether a write is past `dueBy`, its cutoff on the wall clock. A write dropped by that while
-   * its budget, counted from when this node read it, has more than CLOCK_SKEW_MS left shows the
+   * its budget, counted from when this node read it, has more than `allowance` left shows the
    * two clocks disagree: its message was held up before this node read it, or this node's clock
    * is ahead of the sender's, and then every write from that sender may be dropped. That is said
    * at warn level, at most once a minute, with how many since. (A write that waited its time out
    * in its key's queue is late by both and is not counted.)
    */
-  private lateByClock(dueBy: number, expiresAt: number): boolean {
+  private lateByClock(dueBy: number, expiresAt: number, allowance: number): boolean {
     const now = Date.now();
     if (now <= dueBy) return false;
     const at = performance.now();
-    if (expiresAt - at <= CLOCK_SKEW_MS) return true;
+    if (expiresAt - at <= allowance) return true;
     this.lateByClockDrops++;
     if (at - this.lateByClockLoggedAt >= LATE_LOG_EVERY_MS) {
       this.lateByClockLoggedAt = at;
       this.opts.log.warn(
-        { dropped: this.lateByClockDrops, pastCutoffMs: now - dueBy, budgetLeftMs: Math.round(expiresAt - at) },
-        "writes dropped unrun: by this node's clock their gateway's deadline is less than 1 s away or past, while the time they carry says otherwise. Either their messages were held up (a stalled nats-server, a paused process), or this node's clock is ahead of the gateway's: check both clocks",
+        { dropped: this.lateByClockDrops, pastCutoffMs: now - dueBy, budgetLeftMs: Math.round(expiresAt - at), allowanceMs: allowance },
+        "writes dropped unrun: by this node's clock their gateway's deadline is past, or nearer than the allowance for the clocks' difference, while the time they carry says otherwise. Either their messages were held up (a stalled nats-server, a paused process), or this node's clock is ahead of the gateway's: check both clocks",
       );
       this.lateByClockDrops = 0;
     }

@@ -6,7 +6,7 @@ import anyTest, { type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
 import { newId, partitionOf } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
-import { ActorHost, CLOCK_SKEW_MS } from '../actors/host.js';
+import { ActorHost, CLOCK_SKEW_MS, skewAllowance } from '../actors/host.js';
 import { orderActor } from '../actors/orders.js';
 import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
@@ -14,7 +14,7 @@ import { allRoutes } from '../gateway/app.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { cachedRendering } from '../gateway/representation.js';
 import type { Command, OrderRecord } from '../proto/messages.js';
-import { ALL_SCOPES, answerOf, assertProblem, capturingLog, freshTenant, removeDir, silentLog, tempDir, toRequest, token, type Call } from './helpers/edge-kit.js';
+import { ALL_SCOPES, answerOf, assertProblem, capturingLog, failCommits, freshTenant, removeDir, silentLog, tempDir, toRequest, token, type Call } from './helpers/edge-kit.js';
 import { allPartitions } from '../common/partitions.js';
 
 interface Context {
@@ -148,6 +148,11 @@ test('a write whose sender\'s deadline passed on the wall clock is dropped unrun
   t.like(await t.context.host.handle({ tenant: 'late', partition: partitionOf(close), id: close, kind: 'order.get' }), { ok: false, error: { code: 'not-found' } });
   // Further from it, it runs.
   t.like(await t.context.host.handle(create(newId('order'), Date.now() + CLOCK_SKEW_MS + 2000)), { ok: true });
+  // A write given less than twice the allowance (BUS_TIMEOUT_MS under 2 s) is allowed half its time.
+  const short = (deadlineAt: number): Command => ({ ...create(newId('order'), deadlineAt), budgetMs: 400 });
+  t.is(skewAllowance(400), 200);
+  t.like(await t.context.host.handle(short(Date.now() + 350)), { ok: true });
+  t.like(await t.context.host.handle(short(Date.now() + 150)), { ok: false, error: { code: 'unavailable' } });
 });
 
 test('writes dropped as late by the wall clock alone are logged at warn, once a minute, with their count', async (t) => {
@@ -156,14 +161,19 @@ test('writes dropped as late by the wall clock alone are logged at warn, once a 
   const lines: string[] = [];
   const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: capturingLog(lines) });
   try {
-    const create = (deadlineAt: number, budgetMs = 60_000): Command => {
-      const id = newId('order');
+    const create = (deadlineAt: number, budgetMs = 60_000, id = newId('order')): Command => {
       return { tenant: 'skewed', partition: partitionOf(id), id, kind: 'order.create', input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [], budgetMs, deadlineAt };
     };
     const late = (): { level: number; msg: string; dropped?: number; pastCutoffMs?: number }[] =>
       lines.map((l) => JSON.parse(l) as { level: number; msg: string; dropped?: number; pastCutoffMs?: number }).filter((l) => l.msg.includes("this node's clock"));
-    // Late by the wall clock and by the time it carries alike: a write that waited its time out.
-    t.like(await host.handle(create(Date.now() - 5000, CLOCK_SKEW_MS / 2)), { ok: false, error: { code: 'unavailable' } });
+    // Late by the wall clock and by the time it carries alike: a write that waited its time out in
+    // its key's queue, here behind a commit that takes 600 ms.
+    failCommits(host, 1, 600);
+    const busy = newId('order');
+    const first = host.handle(create(Date.now() + 60_000, 60_000, busy));
+    const queued = host.handle(create(Date.now() + 700, 1000, busy));
+    t.like(await first, { ok: false });
+    t.like(await queued, { ok: false, error: { code: 'unavailable' } });
     t.deepEqual(late(), [], 'a write late by both clocks says nothing of them');
     for (let i = 0; i < 3; i++) t.like(await host.handle(create(Date.now() - 5000)), { ok: false, error: { code: 'unavailable' } });
     t.like(await host.handle(create(Date.now() + CLOCK_SKEW_MS + 5000)), { ok: true });
