@@ -7,6 +7,7 @@
 import { Buffer } from 'node:buffer';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { inspect } from 'node:util';
 import { BoundedMap } from '../common/bounded-map.js';
 import { deepFreeze } from '../common/freeze.js';
 import { asBinary, open, type Binary, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
@@ -319,7 +320,12 @@ export class Store {
         // with the cause (`commitError`). Nothing else waits on either: left unhandled, Node would
         // end the process for them. The failure is answered through `err`.
         flushed.catch(ignore);
-        (err as { commitError?: Promise<unknown> } | undefined)?.commitError?.catch(ignore);
+        const cause = (err as { commitError?: Promise<unknown> } | undefined)?.commitError;
+        if (cause) {
+          failedCauses.add(cause);
+          cause.catch(ignore);
+        }
+        answeredFailures.add(err as object);
         this.forgetUnsavedShapes();
         throw err;
       });
@@ -439,6 +445,9 @@ export class Store {
 
 function ignore(): void {}
 
+/** The causes (`commitError`) of the commits Store.commit saw fail, and the errors it answered them with. */
+const failedCauses = new WeakSet<object>();
+const answeredFailures = new WeakSet<object>();
 let orphansLetGo = false;
 
 /**
@@ -446,7 +455,8 @@ let orphansLetGo = false;
  * nowhere (write.js, `writeBatchStart` of the event-turn batch). When that transaction's commit
  * fails (a full disk, an I/O error), lmdb-js rejects that promise with the rest, and Node ends the
  * process for a rejection no one handled. Every write of this module is answered through its
- * own promise (Store.commit), so that orphan tells nothing new: it is let go. Any other
+ * own promise (Store.commit), so that orphan tells nothing new: a rejection carrying the cause of
+ * a failure Store.commit answered, and not the error it answered with, is let go. Any other
  * unhandled rejection still ends the process, as Node's default does, unless another listener
  * (a test runner's) takes it.
  */
@@ -454,15 +464,17 @@ function letOrphanedCommitFailuresGo(): void {
   if (orphansLetGo) return;
   orphansLetGo = true;
   const listener = (reason: unknown): void => {
-    if (isCommitFailure(reason)) return;
-    if (process.listenerCount('unhandledRejection') === 1) throw reason;
+    if (isOrphanedCommitFailure(reason)) return;
+    if (process.listenerCount('unhandledRejection') > 1) return;
+    throw reason instanceof Error ? reason : Object.assign(new Error(`A promise was rejected with no handler, with ${inspect(reason)}.`), { code: 'ERR_UNHANDLED_REJECTION' });
   };
   process.on('unhandledRejection', listener);
 }
 
-/** The error lmdb-js rejects a failed transaction's writes with; the cause is in `commitError`. */
-function isCommitFailure(reason: unknown): boolean {
-  return reason instanceof Error && 'commitError' in reason && reason.message.startsWith('Commit failed');
+function isOrphanedCommitFailure(reason: unknown): boolean {
+  if (typeof reason !== 'object' || reason === null || answeredFailures.has(reason)) return false;
+  const cause = (reason as { commitError?: unknown }).commitError;
+  return typeof cause === 'object' && cause !== null && failedCauses.has(cause);
 }
 
 /** Whether `keys` holds a key equal to `k`, element by element (a record has a handful). */

@@ -1,9 +1,11 @@
 // storage/store.ts against real LMDB: transactions are all or nothing, and the record cache
 // answers from memory, but never a record older than what LMDB holds, nor more than its budget.
 
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import test from 'ava';
 import { RECORD_CACHE_BYTES, Store, type Table, type TableSpec } from '../storage/store.js';
-import { removeDir, tempDir } from './helpers/edge-kit.js';
+import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
 
 interface Doc {
   id: string;
@@ -253,5 +255,26 @@ test('a record shape first seen in a failed commit is stored with the next recor
     t.deepEqual(docs.get('d1'), doc('d1', 1));
   } finally {
     await store.close();
+  }
+});
+
+test('with a store open, an unhandled rejection still ends the process, one that only looks like a failed commit too', async (t) => {
+  const dir = await tempDir('store-unhandled');
+  try {
+    const store = join(ROOT, 'dist', 'storage', 'store.js');
+    const run = (reason: string) =>
+      spawnSync(process.execPath, ['--input-type=module', '-e', `const { Store } = await import(${JSON.stringify(store)}); Store.open(${JSON.stringify(dir)}); Promise.reject(${reason});`], { encoding: 'utf8', timeout: 20_000 });
+    const plain = run("new Error('a bug of ours')");
+    t.is(plain.status, 1);
+    t.regex(plain.stderr, /a bug of ours/);
+    // lmdb-js's message and a commitError, but no failure Store.commit saw: not let go.
+    const lookalike = run("Object.assign(new Error('Commit failed (see commitError for details)'), { commitError: Promise.resolve() })");
+    t.is(lookalike.status, 1);
+    t.regex(lookalike.stderr, /Commit failed/);
+    const notAnError = run("'just a string'");
+    t.is(notAnError.status, 1);
+    t.regex(notAnError.stderr, /just a string/);
+  } finally {
+    await removeDir(dir);
   }
 });
