@@ -407,7 +407,7 @@ export class ActorHost implements ActorEndpoint {
     return this.sweepDue(this.idem as Table<unknown>, [], (id, now) => {
       // Marked, so the key is not taken for one in flight while its expired record is deleted.
       this.expiring.add(id);
-      return this.enqueue(
+      const removed = this.enqueue(
         idemBox(id),
         async () => {
           const rec = this.idem.get(id);
@@ -416,9 +416,8 @@ export class ActorHost implements ActorEndpoint {
           return { ok: true, value: true };
         },
         true,
-      )
-        .finally(() => this.expiring.delete(id))
-        .then((r) => r.ok && r.value === true);
+      );
+      return whenSettled(removed, () => this.expiring.delete(id)).then((r) => r.ok && r.value === true);
     });
   }
 

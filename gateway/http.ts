@@ -178,6 +178,7 @@ class Exchange {
  */
 export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
   const app = uWS.App();
+  const chunkLimit = maxChunks(opts.maxBodyBytes);
 
   app.any('/*', (res, req) => {
     const headers = new KeptHeaders();
@@ -319,7 +320,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     if (lengths === 0) return run();
     exchange.watch();
     // refuseHead let a body through only with one Content-Length of digits within the limit.
-    const body = new BodyBuffer(Number(headers['content-length']), maxChunks(opts.maxBodyBytes));
+    const body = new BodyBuffer(Number(headers['content-length']), chunkLimit);
     let refused = false;
     res.onData((chunk, isLast) => {
       if (refused) return;
@@ -332,7 +333,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
           return;
         case 'too-fragmented':
           refused = true;
-          return refuse(badFraming(`The body came in more than ${maxChunks(opts.maxBodyBytes)} pieces; send it in fewer, larger ones.`));
+          return refuse(badFraming(`The body came in more than ${chunkLimit} pieces; send it in fewer, larger ones.`));
       }
     });
   });

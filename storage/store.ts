@@ -325,7 +325,7 @@ export class Store {
           failedCauses.add(cause);
           cause.catch(ignore);
         }
-        answeredFailures.add(err as object);
+        if (typeof err === 'object' && err !== null) answeredFailures.add(err);
         this.forgetUnsavedShapes();
         throw err;
       });
