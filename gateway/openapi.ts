@@ -79,6 +79,10 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
       else if (s === 204 || s === 304 || !r.response) responses[status] = { description };
       else responses[status] = { description, content: { 'application/json': { schema: r.response }, 'application/hal+json': { schema: r.response } } };
     }
+    // RFC 9110 §13.1.1: a read is conditional on If-Match too (gateway/representation.ts).
+    if (r.method === 'GET' && responses['412'] === undefined) {
+      responses['412'] = { description: 'No tag in If-Match is current (problem+json).', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+    }
     if (r.scope) {
       responses['401'] = { description: 'Missing or invalid bearer token.', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
       responses['403'] = { description: `The token lacks the ${r.scope} scope.`, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };

@@ -20,7 +20,7 @@ import { homePartition, idemTag, parseIdempotencyKey, ReplayCache } from './idem
 import { negotiateCoding, negotiateMediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
-import { cachedRenderingToSend, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
+import { cachedRenderingToSend, checkReadIfMatch, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { compileSchema, MAX_REPORTED_ERRORS, validateBody } from './validate.js';
@@ -463,14 +463,22 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
       'version' in outcome.tag
         ? versionTag(outcome.tag.version, outcome.tag.variant + api, ctx.media, ctx.coding)
         : fingerprintTag(outcome.tag.fingerprint + api, ctx.media, ctx.coding);
-    // The answer is known before any byte is rendered: a matching tag costs no serialization.
-    if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+    if (isRead) {
+      checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, tag, 'version' in outcome.tag ? outcome.tag.version : undefined);
+      // The answer is known before any byte is rendered: a matching tag costs no serialization.
+      if (noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+    }
+  } else if (isRead && outcome.tag !== 'content') {
+    checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, undefined, undefined);
   }
   const text = outcome.text !== undefined ? versionedText(outcome.text, outcome, ctx.version) : serialize(outcome, ctx.version, api);
   const withBody = ({ bytes, coding }: Encoded): GatewayResponse => {
     if (outcome.tag === 'content') {
       tag = contentTag(bytes, ctx.media, coding);
-      if (isRead && noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+      if (isRead) {
+        checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, tag, undefined);
+        if (noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+      }
     }
     headers['content-type'] = ctx.media.startsWith('text/') ? `${ctx.media}; charset=utf-8` : ctx.media;
     if (tag) headers.etag = tag;

@@ -7,6 +7,7 @@ import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { brotliCompress, brotliCompressSync, constants, gzip, gzipSync } from 'node:zlib';
 import { promisify } from 'node:util';
+import { ApiError } from '../common/errors.js';
 import type { IfMatch } from '../proto/messages.js';
 import type { Coding, MediaType } from './negotiate.js';
 import { BoundedMap } from '../common/bounded-map.js';
@@ -154,6 +155,18 @@ function versionsNamed(header: string | undefined, asTag: (t: string) => string)
   }
   // No tag of ours: nothing can match (a write under If-Match is then refused with 412).
   return versions;
+}
+
+/**
+ * If-Match on a read (RFC 9110 §13.1.1, §13.2.2 step 1), evaluated before If-None-Match: it
+ * passes with `*` (the representation exists), or when a listed tag names the representation's
+ * version, as for a write (`version`), or is its tag exactly (a page's tag, strong comparison).
+ * A failure is 412 and no body.
+ */
+export function checkReadIfMatch(header: string | undefined, ifMatch: IfMatch, tag: string | undefined, version: number | undefined): void {
+  if (ifMatch === undefined || ifMatch === '*') return;
+  if (version !== undefined ? ifMatch.includes(version) : tag !== undefined && splitTags(header!).includes(tag)) return;
+  throw new ApiError('precondition-failed', 'The resource does not match the entity tag in If-Match.');
 }
 
 /** If-Match (RFC 9110 §13.1.1) uses strong comparison: the versions named by our tags. */

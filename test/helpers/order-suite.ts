@@ -864,6 +864,40 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     t.not(changed.headers.etag, page.headers.etag);
   });
 
+  test('If-Match on a read: the current tag or * is answered; a stale or foreign tag is 412, before If-None-Match', async (t) => {
+    const c = await tenant(t, 'im-read');
+    const o = await createOrder(t, c);
+    const first = await c.get(o.href);
+    const tag = first.headers.etag!;
+    for (const header of [tag, '*', `"nope", ${tag}`]) {
+      const res = await c.get(o.href, { 'if-match': header });
+      t.is(res.status, 200, header);
+      t.deepEqual(res.json, first.json);
+    }
+    t.is((await c.get(o.href, { 'if-match': tag, 'if-none-match': tag })).status, 304, 'a passing If-Match leaves If-None-Match its 304');
+    await c.patch(o.href, { note: 'moved on' });
+    for (const header of [tag, `W/${tag}`, '"not-ours"']) {
+      assertProblem(t, await c.get(o.href, { 'if-match': header }), 412, 'precondition-failed');
+    }
+    // If-Match comes first (RFC 9110 §13.2.2): a stale one is 412 even where If-None-Match would be 304.
+    const now = (await c.get(o.href)).headers.etag!;
+    assertProblem(t, await c.get(o.href, { 'if-match': tag, 'if-none-match': now }), 412, 'precondition-failed');
+
+    // A page's tag is compared whole.
+    const page = await c.get('/v1/orders');
+    t.is((await c.get('/v1/orders', { 'if-match': page.headers.etag! })).status, 200);
+    assertProblem(t, await c.get('/v1/orders', { 'if-match': `W/${page.headers.etag!}` }), 412, 'precondition-failed');
+    assertProblem(t, await c.get('/v1/orders', { 'if-match': tag }), 412, 'precondition-failed');
+    // What does not exist is 404 whatever the condition.
+    const gone = await createOrder(t, c);
+    t.is((await c.delete(gone.href)).status, 204);
+    assertProblem(t, await c.get(gone.href, { 'if-match': '*' }), 404, 'not-found');
+    // The document says so.
+    const doc = (await c.get('/v1/openapi.json')).json as { paths: Record<string, { get: { responses: Record<string, unknown> } }> };
+    t.truthy(doc.paths['/v1/orders/{orderId}']?.get.responses['412']);
+    t.truthy(doc.paths['/v1/orders']?.get.responses['412']);
+  });
+
   test('the ETag differs per fields, expand and content-coding, and changes after a write', async (t) => {
     const c = await tenant(t, 'etag');
     const p = await createProduct(t, c, { price: 100 });
