@@ -26,6 +26,11 @@ export const PROBLEMS = {
   },
   'payload-too-large': { status: 413, title: 'Payload too large', doc: 'The body or the batch exceeds the configured limit.' },
   'unsupported-media-type': { status: 415, title: 'Unsupported media type', doc: 'Send bodies as `application/json` (or `application/merge-patch+json` for PATCH).' },
+  'uri-too-long': {
+    status: 414,
+    title: 'URI too long',
+    doc: 'The request target (path and query) is longer than the server takes; `detail` gives the limit. The connection is closed after the answer. Ask for less in the query (fewer `fields` or `expand` paths).',
+  },
   'request-header-fields-too-large': {
     status: 431,
     title: 'Request header fields too large',

@@ -83,6 +83,14 @@ function statusLine(status: number): Uint8Array {
  */
 export const MAX_HEAD_BYTES = 4096;
 
+/**
+ * The longest request target (path, `?` and query, in bytes) taken: past it the answer is 414
+ * (RFC 9110 §15.5.15), whatever the rest of the head. Every query the API issues or takes fits
+ * within it: a `next` link holds a cursor of at most MAX_CURSOR_LENGTH (2048) characters, and
+ * every field and expand path of a resource comes to a few hundred more.
+ */
+export const MAX_TARGET_BYTES = 3072;
+
 // The head bytes besides the method, target and header lines: the request line's two spaces,
 // "HTTP/1.1" and CRLF, then the blank line's CRLF. OWS that uWS trimmed is not counted.
 const REQUEST_LINE_BYTES = 2 + 8 + 2 + 2;
@@ -113,6 +121,10 @@ function headBytesOf(req: uWS.HttpRequest, request: GatewayRequest): number {
   return n;
 }
 
+function targetBytes(request: GatewayRequest): number {
+  return Buffer.byteLength(request.path) + (request.query ? Buffer.byteLength(request.query) + 1 : 0);
+}
+
 function tooLarge(limit: number): ApiError {
   return new ApiError('payload-too-large', `The body exceeds the ${limit}-byte limit.`);
 }
@@ -126,7 +138,12 @@ function badFraming(detail: string): ApiError {
  * connection: after a framing error the server cannot know where the next request starts.
  * `lengths` and `codings` count header lines, since repeats arrive joined into one value.
  */
-function refuseHead(headers: RequestHeaders, headBytes: number, lengths: number, codings: number, maxBodyBytes: number): ApiError | undefined {
+function refuseHead(request: GatewayRequest, headBytes: number, lengths: number, codings: number, maxBodyBytes: number): ApiError | undefined {
+  const headers = request.headers;
+  // In UTF-16 units first: only a target that could be over the limit is counted in bytes.
+  if ((request.path.length + request.query.length) * 3 > MAX_TARGET_BYTES && targetBytes(request) > MAX_TARGET_BYTES) {
+    return new ApiError('uri-too-long', `The request target (path and query) exceeds ${MAX_TARGET_BYTES} bytes.`);
+  }
   if (headBytes > MAX_HEAD_BYTES) {
     return new ApiError('request-header-fields-too-large', `The request line and headers exceed ${MAX_HEAD_BYTES} bytes.`);
   }
@@ -315,7 +332,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       answered.then(deliver, (err: unknown) => deliver(undefined, err));
     };
 
-    const refusal = refuseHead(headers, headBytes, lengths, codings, opts.maxBodyBytes);
+    const refusal = refuseHead(request, headBytes, lengths, codings, opts.maxBodyBytes);
     if (refusal) return refuse(refusal);
     if (lengths === 0) return run();
     exchange.watch();

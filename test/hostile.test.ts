@@ -9,7 +9,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
 import { type Service, startService } from '../gateway/app.js';
-import { MAX_HEAD_BYTES } from '../gateway/http.js';
+import { MAX_HEAD_BYTES, MAX_TARGET_BYTES } from '../gateway/http.js';
 import { MAX_JSON_DEPTH } from '../gateway/pipeline.js';
 import { HttpClient } from './helpers/client.js';
 import { ALL_SCOPES, assertProblem, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
@@ -354,6 +354,21 @@ test(`a head over ${MAX_HEAD_BYTES} bytes in one read is 431 and closed; at the 
   const page = await t.context.http.send('GET', '/problems/request-header-fields-too-large', { headers: { accept: 'text/html' } });
   t.is(page.status, 200);
   t.regex(page.text, /HTTP status 431/);
+});
+
+test(`a request target over ${MAX_TARGET_BYTES} bytes is 414 and closed, path and query alike; at the limit it is answered`, async (t) => {
+  const at = `/problems/${'x'.repeat(MAX_TARGET_BYTES - '/problems/'.length)}`;
+  const within = await ask(t, rawRequest('GET', at, { Connection: 'close' }));
+  assertProblem(t, within, 404, 'not-found');
+  for (const target of [`${at}x`, `/v1/orders?fields=${'id,'.repeat(1100)}status`]) {
+    const over = await ask(t, rawRequest('GET', target, { Authorization: `Bearer ${await tenantToken('uri')}` }));
+    t.regex(assertProblem(t, over, 414, 'uri-too-long').detail, new RegExp(String(MAX_TARGET_BYTES)));
+    t.true(over.closed, `${target.length} bytes: the connection stays open`);
+    t.true((over.closedAfterMs ?? Infinity) < PROMPT_MS, `closed after ${over.closedAfterMs} ms`);
+  }
+  const page = await t.context.http.send('GET', '/problems/uri-too-long', { headers: { accept: 'text/html' } });
+  t.is(page.status, 200);
+  t.regex(page.text, /HTTP status 414/);
 });
 
 /** A head of exactly `size` bytes padded with `€` (three bytes of UTF-8) between two ASCII letters. */
