@@ -70,6 +70,11 @@ export interface HostOptions {
   /** Wall clock for record timestamps and key expiry; tests move it. */
   now?: () => number;
   log: Logger;
+  /**
+   * Storage that can no longer be trusted (storage/store.ts, Store.appliedAnyway). By default
+   * logged at fatal level, and the process exits 1 for its supervisor to restart it on the data.
+   */
+  onStorageFatal?: (err: unknown) => void;
   /** How long events stay readable (EVENT_RETENTION_DAYS). */
   eventRetentionMs?: number;
   /** Webhook delivery settings; without them events are kept but not dispatched. */
@@ -177,11 +182,22 @@ export class ActorHost implements ActorEndpoint {
   /** Where the next resume pass starts in the open operations (see resumeOperations). */
   private resumeCursor: [string | number, string] | undefined;
   readonly stats = new Map<string, Stat>();
+  /** Settles once the node's file is on disk as it was found (Store.ready): serve after it. */
+  get ready(): Promise<void> {
+    return this.store.ready;
+  }
   private lastKind = '';
   private lastStat: Stat | undefined = undefined;
 
   constructor(private readonly opts: HostOptions) {
-    this.store = Store.open(opts.dataDir);
+    this.store = Store.open(opts.dataDir, {
+      onFatal:
+        opts.onStorageFatal ??
+        ((err) => {
+          opts.log.fatal({ err }, 'storage failed and cannot be trusted: exiting, to be started again on the data');
+          process.exit(1);
+        }),
+    });
     this.inflightLimit = opts.inflightLimit ?? 20_000;
     this.ttlMs = opts.idempotencyTtlMs ?? DAY_MS;
     this.now = opts.now ?? Date.now;
@@ -786,6 +802,7 @@ export class ActorHost implements ActorEndpoint {
   private failed(stat: Stat, kind: string, err: unknown): Result<never> {
     stat.errors++;
     if (err instanceof ApiError) return { ok: false, error: toWire(err) };
+    this.store.failedWith(err);
     this.opts.log.error({ err, kind }, 'actor handler failed');
     return { ok: false, error: { code: 'internal', detail: 'The request could not be completed.' } };
   }

@@ -6,6 +6,7 @@
 import { hostname } from 'node:os';
 import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
+import { stopOnSignals } from '../common/shutdown.js';
 import { serveActorsOverNats } from '../common/nats-actor-server.js';
 import { parsePartitions, toRanges } from '../common/partitions.js';
 import { ActorHost, hostSettings } from './host.js';
@@ -30,6 +31,7 @@ async function main(): Promise<void> {
     log,
     ...dispatchOptions(config, log, {}, remote),
   });
+  await host.ready;
   const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m) });
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
   // Health and node status on the operator plane (ADMIN_GRPC_PORT); operator calls need the
@@ -44,24 +46,12 @@ async function main(): Promise<void> {
   }
   process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}${operator ? ` (operator plane on ${config.adminGrpcHost}:${operator.port})` : ''}\n`);
 
-  let stopping = false;
-  const stop = (): void => {
-    if (stopping) return;
-    stopping = true;
-    Promise.resolve(operator?.close())
-      .then(() => server.close())
-      .then(() => host.close())
-      .then(() => remote.close())
-      .then(
-        () => process.exit(0),
-        (err: unknown) => {
-          log.error({ err }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
-  };
-  process.on('SIGINT', stop);
-  process.on('SIGTERM', stop);
+  stopOnSignals(async () => {
+    await operator?.close();
+    await server.close();
+    await host.close();
+    await remote.close();
+  }, log);
 }
 
 main().catch((err: unknown) => {

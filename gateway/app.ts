@@ -91,6 +91,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
       ...dispatchOptions(config, log, parts),
     });
     bus = new LocalBus(host, config.busTimeoutMs);
+    await host.ready;
   }
   const usage = new UsageCounter(bus, log);
   const lifecycle = new LifecycleRegistry(Date.now, usage);

@@ -3,6 +3,7 @@
 
 import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
+import { stopOnSignals } from '../common/shutdown.js';
 import { startService } from './app.js';
 import { LifecycleError } from './lifecycle.js';
 
@@ -27,21 +28,7 @@ async function main(): Promise<void> {
         `then: curl -H "Authorization: Bearer $TOKEN" ${service.url}/v1/orders\n`,
     );
   }
-  let stopping = false;
-  const stop = (signal: string): void => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, 'shutting down');
-    service.close().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        log.error({ err }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGINT', () => stop('SIGINT'));
-  process.on('SIGTERM', () => stop('SIGTERM'));
+  stopOnSignals(() => service.close(), log);
 }
 
 main().catch((err: unknown) => {

@@ -90,6 +90,8 @@ interface Op {
   key: Key;
   /** The value's stored bytes; undefined: remove the key. */
   value: Binary | undefined;
+  /** A record's bytes (in `value`), to tell whether a failed commit was applied (Store.appliedAnyway). */
+  bytes?: Uint8Array;
 }
 
 interface Encoding {
@@ -238,20 +240,55 @@ export class Table<T> {
 }
 
 
+export interface StoreOptions {
+  /**
+   * Called once, when the storage can no longer be trusted (Store.appliedAnyway, LMDB's panic): the node must
+   * stop taking requests and exit, for its supervisor to start it again on the data. By default
+   * the failure is written to stderr and the process exits 1.
+   */
+  onFatal?: (err: unknown) => void;
+}
+
 export class Store {
   private readonly tables = new Map<string, Table<unknown>>();
   private readonly index: Database<number, Key>;
   /** The value every index key holds, encoded once. */
   private readonly present: Binary;
   private closed = false;
+  private failedFatally = false;
+  /**
+   * Settles once the file is on disk as this process found it (syncOpened). A node serves only
+   * after it.
+   */
+  readonly ready: Promise<void>;
 
-  private constructor(private readonly root: RootDatabase) {
+  private constructor(
+    private readonly root: RootDatabase,
+    private readonly onFatal: (err: unknown) => void,
+  ) {
     this.index = root.openDB<number, Key>({ name: 'index' });
     this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
+    this.ready = this.syncOpened();
+  }
+
+  /**
+   * One small commit as the file is opened: its fdatasync also writes out whatever an earlier
+   * process made visible without syncing (one that stopped on a failed sync, Store.appliedAnyway),
+   * so nothing this node answers from the file can be lost to a power cut afterwards. A disk
+   * without room leaves the file as it is, and the node serves what it holds.
+   */
+  private async syncOpened(): Promise<void> {
+    const opened = this.table<{ id: string; at: number }>({ name: 'opened', indexKeys: () => [] });
+    try {
+      await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }]);
+    } catch (err) {
+      // A fatal failure has been reported (and ends the node); want of room is served through.
+      if (this.failedFatally) throw err;
+    }
   }
 
   /** Opens (or creates) the node's state file inside `dir`. */
-  static open(dir: string): Store {
+  static open(dir: string, opts: StoreOptions = {}): Store {
     mkdirSync(dir, { recursive: true });
     // asyncTransactionOrder and noReadAhead are lmdb-js options its typings leave out (open.js
     // reads both).
@@ -280,7 +317,45 @@ export class Store {
     };
     const root = open(options);
     letOrphanedCommitFailuresGo();
-    return new Store(root);
+    return new Store(root, opts.onFatal ?? exitOnFatal);
+  }
+
+  /**
+   * An error an LMDB call threw, seen by whoever answers for it: one that says the environment is
+   * unusable (MDB_PANIC) ends the node.
+   */
+  failedWith(err: unknown): void {
+    if (isPanic(err)) this.fatal(err);
+  }
+
+  /**
+   * Whether a commit lmdb-js failed left storage that cannot be trusted, as the error to stop on.
+   * A commit whose pages did not reach the file (no room: the short or refused write a full disk
+   * or a file-size limit makes, which LMDB reports as EIO; or a page that could not be written)
+   * changed nothing, and a later commit that fits succeeds. But a failed fdatasync comes after the
+   * transaction was made visible: it is then read, and answered from (a keyed retry would replay
+   * it), without being on disk, and Linux may drop the pages it could not write, so a later fsync
+   * that succeeds proves nothing about them. And a failed write of the meta page leaves LMDB
+   * refusing every transaction (MDB_PANIC), with commits that never settle. So the commit's last
+   * record is read back in a write transaction (the newest state): found as the commit would have
+   * left it, or refused, the storage cannot be trusted.
+   */
+  private appliedAnyway(list: Op[]): Error | undefined {
+    const last = list.at(-1);
+    if (last === undefined) return undefined;
+    try {
+      const stored = this.root.transactionSync(() => last.db.getBinary(last.key));
+      const applied = last.bytes === undefined ? stored === undefined : stored !== undefined && Buffer.compare(stored, last.bytes) === 0;
+      return applied ? new Error('A commit failed after it was applied: its transaction is visible but not known to be on disk.') : undefined;
+    } catch (err) {
+      return Object.assign(new Error('LMDB refuses transactions after a failed commit.'), { cause: err });
+    }
+  }
+
+  private fatal(err: unknown): void {
+    if (this.failedFatally) return;
+    this.failedFatally = true;
+    this.onFatal(err);
   }
 
   /** The table opened under `name`, if one was. */
@@ -324,6 +399,9 @@ export class Store {
         if (cause) {
           failedCauses.add(cause);
           cause.catch(ignore);
+          // Checked before this failure is answered, and before any later commit is.
+          const untrusted = this.appliedAnyway(ops.list);
+          if (untrusted) this.fatal(Object.assign(untrusted, { cause: err }));
         }
         if (typeof err === 'object' && err !== null) answeredFailures.add(err);
         this.forgetUnsavedShapes();
@@ -407,7 +485,8 @@ export class Store {
       }
       keysFit &&= keyBound([id]) <= KEY_BYTES_SURE;
       const db = table.db as unknown as Database<unknown, Key>;
-      list.push({ db, key: id, value: after === undefined ? undefined : asBinary(encoded ?? table.encode(after)) });
+      const bytes = after === undefined ? undefined : (encoded ?? table.encode(after));
+      list.push({ db, key: id, value: bytes === undefined ? undefined : asBinary(bytes), bytes });
     }
     return { list, keysFit };
   }
@@ -444,6 +523,18 @@ export class Store {
 }
 
 function ignore(): void {}
+
+const MDB_PANIC = -30795;
+
+/** LMDB's "the environment had a fatal error": every transaction from then on is refused. */
+function isPanic(err: unknown): boolean {
+  return err instanceof Error && ((err as { code?: unknown }).code === MDB_PANIC || err.message.includes('MDB_PANIC'));
+}
+
+function exitOnFatal(err: unknown): void {
+  process.stderr.write(`storage failed and cannot be trusted; exiting: ${inspect(err)}\n`);
+  process.exit(1);
+}
 
 /** The causes (`commitError`) of the commits Store.commit saw fail, and the errors it answered them with. */
 const failedCauses = new WeakSet<object>();

@@ -1,0 +1,216 @@
+// Storage that can no longer be trusted ends the node (storage/store.ts Store.appliedAnyway,
+// Store.failedWith), and a stop that cannot finish is cut short (common/shutdown.ts). The faults
+// are made where lmdb-js hands them over: a commit that rejects with a cause, as lmdb-js rejects
+// one whose fdatasync, page write or meta write failed; LMDB's own reads and writes are real.
+
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import test from 'ava';
+import { ActorHost } from '../actors/host.js';
+import { allPartitions } from '../common/partitions.js';
+import { newId } from '../common/ids.js';
+import { Store, type TableSpec } from '../storage/store.js';
+import { removeDir, ROOT, silentLog, tempDir } from './helpers/edge-kit.js';
+
+interface Doc {
+  id: string;
+  version: number;
+  note: string;
+}
+
+const DOCS: TableSpec<Doc> = { name: 'docs', indexKeys: () => [] };
+
+/** lmdb-js's rejection of a failed commit: its cause (`commitError`) rejects with the errno. */
+function commitFailure(code = 5): Error {
+  const commitError = Promise.reject(Object.assign(new Error('Input/output error'), { code }));
+  return Object.assign(new Error('Commit failed (see commitError for details)'), { commitError });
+}
+
+type Queue = (list: unknown[]) => Promise<unknown>;
+
+/** The store's next commit goes to LMDB as `how` says, then is reported failed as lmdb-js reports it. */
+function failNextCommit(store: Store, how: 'applied' | 'not applied' | 'refused after'): void {
+  const inner = store as unknown as { queue: Queue; root: { transactionSync: (fn: () => unknown) => unknown } };
+  const queue = inner.queue.bind(store);
+  inner.queue = async (list) => {
+    inner.queue = queue;
+    if (how === 'applied') await queue(list);
+    if (how === 'refused after') {
+      inner.root.transactionSync = () => {
+        throw Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+      };
+    }
+    throw commitFailure();
+  };
+}
+
+async function storeWithFatal(t: { teardown(fn: () => Promise<void>): void }): Promise<{ store: Store; fatal: unknown[] }> {
+  const dir = await tempDir('storage-fatal');
+  const fatal: unknown[] = [];
+  const store = Store.open(dir, { onFatal: (err) => fatal.push(err) });
+  await store.ready;
+  t.teardown(async () => {
+    await store.close().catch(() => undefined);
+    await removeDir(dir);
+  });
+  return { store, fatal };
+}
+
+test('a commit reported failed that changed nothing (no room, a page not written) is answered as failed, and the store serves on', async (t) => {
+  const { store, fatal } = await storeWithFatal(t);
+  const docs = store.table(DOCS);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'kept' } }]);
+  failNextCommit(store, 'not applied');
+  await t.throwsAsync(store.commit([{ table: docs, id: 'd1', before: docs.get('d1'), after: { id: 'd1', version: 2, note: 'lost' } }]), { message: /Commit failed/ });
+  t.deepEqual(fatal, []);
+  t.is(docs.get('d1')?.note, 'kept');
+  await store.commit([{ table: docs, id: 'd2', before: undefined, after: { id: 'd2', version: 1, note: 'later' } }]);
+  t.is(docs.get('d2')?.note, 'later');
+});
+
+test('a commit reported failed whose transaction is visible anyway (a failed fdatasync) is fatal before it is answered', async (t) => {
+  const { store, fatal } = await storeWithFatal(t);
+  const docs = store.table(DOCS);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'first' } }]);
+  failNextCommit(store, 'applied');
+  const failed = store.commit([{ table: docs, id: 'd1', before: docs.get('d1'), after: { id: 'd1', version: 2, note: 'visible' } }]);
+  await t.throwsAsync(failed, { message: /Commit failed/ });
+  t.is(fatal.length, 1, 'reported once, by the time the failure is answered');
+  t.regex(String((fatal[0] as Error).message), /applied/);
+  t.regex(String(((fatal[0] as Error).cause as Error).message), /Commit failed/);
+
+  // A delete counts the same way: found gone, it was applied.
+  const again = await storeWithFatal(t);
+  const more = again.store.table(DOCS);
+  await again.store.commit([{ table: more, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]);
+  failNextCommit(again.store, 'applied');
+  await t.throwsAsync(again.store.commit([{ table: more, id: 'd1', before: more.get('d1'), after: undefined }]));
+  t.is(again.fatal.length, 1);
+});
+
+test('LMDB refusing transactions after a failed commit (a failed meta write) is fatal; so is its panic thrown by a read', async (t) => {
+  const { store, fatal } = await storeWithFatal(t);
+  const docs = store.table(DOCS);
+  failNextCommit(store, 'refused after');
+  await t.throwsAsync(store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]));
+  t.is(fatal.length, 1);
+  t.regex(String((fatal[0] as Error).message), /refuses transactions/);
+
+  const other = await storeWithFatal(t);
+  other.store.failedWith(new Error('a bug of ours, not storage'));
+  t.deepEqual(other.fatal, []);
+  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  other.store.failedWith(panic);
+  other.store.failedWith(panic);
+  t.deepEqual(other.fatal, [panic], 'reported once');
+});
+
+async function hostWithFatal(t: { teardown(fn: () => Promise<void>): void }): Promise<{ host: ActorHost; store: Store; fatal: unknown[]; id: string }> {
+  const dir = await tempDir('storage-fatal-host');
+  const fatal: unknown[] = [];
+  const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 100, log: silentLog(), onStorageFatal: (err) => fatal.push(err) });
+  t.teardown(async () => {
+    await host.close().catch(() => undefined);
+    await removeDir(dir);
+  });
+  await host.ready;
+  const id = newId('product', 7);
+  const created = await host.handle({ kind: 'product.create', tenant: 't1', partition: 7, id, input: { name: 'p', price: 100, currency: 'EUR' } });
+  if (!created.ok) throw new Error(JSON.stringify(created));
+  return { host, store: (host as unknown as { store: Store }).store, fatal, id };
+}
+
+const INTERNAL = { ok: false, error: { code: 'internal', detail: 'The request could not be completed.' } };
+
+test('the actor host reports a write that failed after it was applied, and answers it 500', async (t) => {
+  const { host, store, fatal, id } = await hostWithFatal(t);
+  failNextCommit(store, 'applied');
+  t.deepEqual(await host.handle({ kind: 'product.patch', tenant: 't1', partition: 7, id, patch: { price: 200 }, ifMatch: undefined }), INTERNAL);
+  t.is(fatal.length, 1);
+  t.regex(String((fatal[0] as Error).message), /applied/);
+});
+
+test("the actor host reports a read that meets LMDB's panic, and answers it 500; any other failure is only answered", async (t) => {
+  const { host, store, fatal, id } = await hostWithFatal(t);
+  const table = store.tableNamed('products')!;
+  const get = table.get.bind(table);
+  table.get = () => {
+    throw new Error('a bug of ours');
+  };
+  t.deepEqual(await host.handle({ kind: 'product.get', tenant: 't1', partition: 7, id }), INTERNAL);
+  t.deepEqual(fatal, []);
+  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  table.get = () => {
+    throw panic;
+  };
+  t.deepEqual(await host.handle({ kind: 'product.get', tenant: 't1', partition: 7, id }), INTERNAL);
+  t.deepEqual(fatal, [panic]);
+  table.get = get;
+});
+
+test('by default a node whose storage cannot be trusted logs it at fatal level and exits 1', async (t) => {
+  const dir = await tempDir('storage-fatal-exit');
+  t.teardown(() => removeDir(dir));
+  const script = `
+    const { ActorHost } = await import(${JSON.stringify(join(ROOT, 'dist', 'actors', 'host.js'))});
+    const { allPartitions } = await import(${JSON.stringify(join(ROOT, 'dist', 'common', 'partitions.js'))});
+    const { createLogger } = await import(${JSON.stringify(join(ROOT, 'dist', 'common', 'log.js'))});
+    const host = new ActorHost({ dataDir: ${JSON.stringify(dir)}, partitions: allPartitions(), mailboxLimit: 100, log: createLogger('info', 'actors') });
+    await host.ready;
+    const store = host.store;
+    const queue = store.queue.bind(store);
+    store.queue = async (list) => {
+      await queue(list);
+      throw Object.assign(new Error('Commit failed (see commitError for details)'), { commitError: Promise.reject(Object.assign(new Error('Input/output error'), { code: 5 })) });
+    };
+    await host.handle({ kind: 'product.create', tenant: 't1', partition: 7, id: 'prd_1', input: { name: 'p', price: 100, currency: 'EUR' } });
+    setTimeout(() => { console.log('still running'); process.exit(0); }, 2000);
+  `;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  t.is(code, 1, out);
+  t.notRegex(out, /still running/);
+  const line = out.split('\n').find((l) => l.includes('"level":60'));
+  t.truthy(line, out);
+  t.regex(line!, /storage failed and cannot be trusted/);
+});
+
+test('a stop that does not finish within its deadline exits 1; one that finishes exits 0', async (t) => {
+  const shutdown = JSON.stringify(join(ROOT, 'dist', 'common', 'shutdown.js'));
+  const log = JSON.stringify(join(ROOT, 'dist', 'common', 'log.js'));
+  const run = async (close: string): Promise<{ code: number | null; out: string; ms: number }> => {
+    const script = `
+      const { stopOnSignals } = await import(${shutdown});
+      const { createLogger } = await import(${log});
+      stopOnSignals(() => ${close}, createLogger('info', 'test'), 300);
+      setInterval(() => {}, 1000);
+      console.log('ready');
+    `;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+      if (out.includes('ready\n') && !child.killed) child.kill('SIGTERM');
+    });
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const started = Date.now();
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    return { code, out, ms: Date.now() - started };
+  };
+  const stuck = await run('new Promise(() => {})');
+  t.is(stuck.code, 1, stuck.out);
+  t.regex(stuck.out, /shutdown did not finish in time/);
+  const clean = await run('Promise.resolve()');
+  t.is(clean.code, 0, clean.out);
+});
+
+test('a store opened is synced before it is ready: its opening is on disk', async (t) => {
+  const { store } = await storeWithFatal(t);
+  const opened = store.tableNamed('opened');
+  t.truthy(opened, 'the opening marker table exists');
+  const at = (opened!.get('last') as { at: number } | undefined)?.at;
+  t.true(typeof at === 'number' && Math.abs(Date.now() - at) < 60_000);
+});
