@@ -336,15 +336,18 @@ export class Store {
    * transaction was made visible: it is then read, and answered from (a keyed retry would replay
    * it), without being on disk, and Linux may drop the pages it could not write, so a later fsync
    * that succeeds proves nothing about them. And a failed write of the meta page leaves LMDB
-   * refusing every transaction (MDB_PANIC), with commits that never settle. So the commit's last
-   * record is read back in a write transaction (the newest state): found as the commit would have
-   * left it, or refused, the storage cannot be trusted.
+   * refusing every transaction (MDB_PANIC), reads too, with commits that never settle. So the
+   * commit's last record is read back from a fresh snapshot (the newest state; a read transaction
+   * takes no lock a commit holds): found as the commit would have left it, or refused, the storage
+   * cannot be trusted.
    */
   private appliedAnyway(list: Op[]): Error | undefined {
     const last = list.at(-1);
     if (last === undefined) return undefined;
     try {
-      const stored = this.root.transactionSync(() => last.db.getBinary(last.key));
+      // lmdb-js renews its read snapshot after a commit it resolves, not after one it rejects.
+      (this.root as unknown as { resetReadTxn(): void }).resetReadTxn();
+      const stored = last.db.getBinary(last.key);
       const applied = last.bytes === undefined ? stored === undefined : stored !== undefined && Buffer.compare(stored, last.bytes) === 0;
       return applied ? new Error('A commit failed after it was applied: its transaction is visible but not known to be on disk.') : undefined;
     } catch (err) {

@@ -28,15 +28,18 @@ function commitFailure(code = 5): Error {
 
 type Queue = (list: unknown[]) => Promise<unknown>;
 
-/** The store's next commit goes to LMDB as `how` says, then is reported failed as lmdb-js reports it. */
-function failNextCommit(store: Store, how: 'applied' | 'not applied' | 'refused after'): void {
-  const inner = store as unknown as { queue: Queue; root: { transactionSync: (fn: () => unknown) => unknown } };
+/**
+ * The store's next commit goes to LMDB as `how` says, then is reported failed as lmdb-js reports
+ * it; 'refused after' leaves LMDB refusing reads of `table` as it does after a failed meta write.
+ */
+function failNextCommit(store: Store, how: 'applied' | 'not applied' | 'refused after', table = 'docs'): void {
+  const inner = store as unknown as { queue: Queue };
   const queue = inner.queue.bind(store);
   inner.queue = async (list) => {
     inner.queue = queue;
     if (how === 'applied') await queue(list);
     if (how === 'refused after') {
-      inner.root.transactionSync = () => {
+      (store.tableNamed(table) as unknown as { db: { getBinary(key: unknown): unknown } }).db.getBinary = () => {
         throw Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
       };
     }
