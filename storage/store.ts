@@ -7,6 +7,7 @@
 import { Buffer } from 'node:buffer';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { inspect } from 'node:util';
 import { BoundedMap } from '../common/bounded-map.js';
 import { deepFreeze } from '../common/freeze.js';
@@ -247,7 +248,17 @@ export interface StoreOptions {
    * the failure is written to stderr and the process exits 1.
    */
   onFatal?: (err: unknown) => void;
+  /** How long commits may be in flight with none settling before LMDB is probed (STALL_PROBE_MS). */
+  stallProbeMs?: number;
 }
+
+/**
+ * Commits in flight with none settling for this long: LMDB is probed with a read of a fresh
+ * snapshot (Store.probeIfStalled). A failed write of the meta page that marks a commit synced
+ * leaves LMDB refusing every transaction while lmdb-js settles no commit at all; only a read
+ * tells. A disk that is merely slow answers the read, and nothing happens.
+ */
+const STALL_PROBE_MS = 2000;
 
 export class Store {
   private readonly tables = new Map<string, Table<unknown>>();
@@ -256,6 +267,10 @@ export class Store {
   private readonly present: Binary;
   private closed = false;
   private failedFatally = false;
+  /** Commits not yet settled, and when one last began from none or settled (STALL_PROBE_MS). */
+  private inFlight = 0;
+  private progressAt = 0;
+  private readonly stallProbe: NodeJS.Timeout;
   /**
    * Settles once the file is on disk as this process found it (syncOpened). A node serves only
    * after it.
@@ -265,10 +280,27 @@ export class Store {
   private constructor(
     private readonly root: RootDatabase,
     private readonly onFatal: (err: unknown) => void,
+    private readonly stallProbeMs: number,
   ) {
     this.index = root.openDB<number, Key>({ name: 'index' });
     this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
     this.ready = this.syncOpened();
+    this.stallProbe = setInterval(() => this.probeIfStalled(), Math.min(1000, stallProbeMs / 2)).unref();
+  }
+
+  private probeIfStalled(): void {
+    if (this.inFlight === 0 || performance.now() - this.progressAt < this.stallProbeMs) return;
+    try {
+      this.freshSnapshot();
+      this.root.getBinary('opened');
+    } catch (err) {
+      this.failedWith(err);
+    }
+  }
+
+  /** lmdb-js renews its read snapshot after a commit it resolves, not after one it rejects or never settles. */
+  private freshSnapshot(): void {
+    (this.root as unknown as { resetReadTxn(): void }).resetReadTxn();
   }
 
   /**
@@ -317,7 +349,7 @@ export class Store {
     };
     const root = open(options);
     letOrphanedCommitFailuresGo();
-    return new Store(root, opts.onFatal ?? exitOnFatal);
+    return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS);
   }
 
   /**
@@ -345,8 +377,7 @@ export class Store {
     const last = list.at(-1);
     if (last === undefined) return undefined;
     try {
-      // lmdb-js renews its read snapshot after a commit it resolves, not after one it rejects.
-      (this.root as unknown as { resetReadTxn(): void }).resetReadTxn();
+      this.freshSnapshot();
       const stored = last.db.getBinary(last.key);
       const applied = last.bytes === undefined ? stored === undefined : stored !== undefined && Buffer.compare(stored, last.bytes) === 0;
       return applied ? new Error('A commit failed after it was applied: its transaction is visible but not known to be on disk.') : undefined;
@@ -385,10 +416,20 @@ export class Store {
     // Every key and value is worked out before the first is queued, so nothing this process
     // computes can fail between two of a commit's puts.
     const ops = this.plan(writes);
+    if (this.inFlight++ === 0) this.progressAt = performance.now();
+    try {
+      await this.commitPlanned(writes, ops.list, ops.keysFit);
+    } finally {
+      this.inFlight--;
+      this.progressAt = performance.now();
+    }
+  }
+
+  private async commitPlanned(writes: Write<unknown>[], list: Op[], keysFit: boolean): Promise<void> {
     for (const w of writes) w.table.changeStarted(w.id);
     let flushed: Promise<void>;
     try {
-      const committed = ops.keysFit ? this.queue(ops.list) : this.nested(ops.list);
+      const committed = keysFit ? this.queue(list) : this.nested(list);
       // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
       // pending when `then` is called: call it now, while that is ours. Awaited after the commit
       // it would name whatever batch came next, and every write would wait one more fsync.
@@ -403,7 +444,7 @@ export class Store {
           failedCauses.add(cause);
           cause.catch(ignore);
           // Checked before this failure is answered, and before any later commit is.
-          const untrusted = this.appliedAnyway(ops.list);
+          const untrusted = this.appliedAnyway(list);
           if (untrusted) this.fatal(Object.assign(untrusted, { cause: err }));
         }
         if (typeof err === 'object' && err !== null) answeredFailures.add(err);
@@ -520,6 +561,7 @@ export class Store {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.stallProbe);
     await this.root.flushed;
     await this.root.close();
   }

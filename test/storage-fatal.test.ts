@@ -47,10 +47,10 @@ function failNextCommit(store: Store, how: 'applied' | 'not applied' | 'refused 
   };
 }
 
-async function storeWithFatal(t: { teardown(fn: () => Promise<void>): void }): Promise<{ store: Store; fatal: unknown[] }> {
+async function storeWithFatal(t: { teardown(fn: () => Promise<void>): void }, stallProbeMs?: number): Promise<{ store: Store; fatal: unknown[] }> {
   const dir = await tempDir('storage-fatal');
   const fatal: unknown[] = [];
-  const store = Store.open(dir, { onFatal: (err) => fatal.push(err) });
+  const store = Store.open(dir, { onFatal: (err) => fatal.push(err), stallProbeMs });
   await store.ready;
   t.teardown(async () => {
     await store.close().catch(() => undefined);
@@ -106,6 +106,27 @@ test('LMDB refusing transactions after a failed commit (a failed meta write) is 
   other.store.failedWith(panic);
   other.store.failedWith(panic);
   t.deepEqual(other.fatal, [panic], 'reported once');
+});
+
+test('commits in flight with none settling: LMDB is probed, and its panic ends the node; a disk merely slow does not', async (t) => {
+  const stuck = (store: Store): void => {
+    (store as unknown as { queue: Queue }).queue = () => new Promise(() => {});
+  };
+  const panicking = await storeWithFatal(t, 200);
+  const docs = panicking.store.table(DOCS);
+  stuck(panicking.store);
+  void panicking.store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]);
+  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  (panicking.store as unknown as { root: { getBinary(key: unknown): unknown } }).root.getBinary = () => {
+    throw panic;
+  };
+  const slow = await storeWithFatal(t, 200);
+  const slowDocs = slow.store.table(DOCS);
+  stuck(slow.store);
+  void slow.store.commit([{ table: slowDocs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]);
+  for (let waited = 0; panicking.fatal.length === 0 && waited < 5000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50));
+  t.deepEqual(panicking.fatal, [panic]);
+  t.deepEqual(slow.fatal, [], 'a healthy LMDB answers the probe');
 });
 
 async function hostWithFatal(t: { teardown(fn: () => Promise<void>): void }): Promise<{ host: ActorHost; store: Store; fatal: unknown[]; id: string }> {
