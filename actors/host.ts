@@ -11,6 +11,7 @@ import { ApiError, fromWire, toWire } from '../common/errors.js';
 import { deepFreeze } from '../common/freeze.js';
 import { partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
+import { exitNow } from '../common/shutdown.js';
 import { Store, type IndexKey, type Table, type Write } from '../storage/store.js';
 import { IDEMPOTENCY, idemRecord, type IdemRecord } from './idem-record.js';
 import {
@@ -195,7 +196,7 @@ export class ActorHost implements ActorEndpoint {
         opts.onStorageFatal ??
         ((err) => {
           opts.log.fatal({ err }, 'storage failed and cannot be trusted: exiting, to be started again on the data');
-          process.exit(1);
+          exitNow(1, opts.log);
         }),
     });
     this.inflightLimit = opts.inflightLimit ?? 20_000;

@@ -13,3 +13,13 @@ export function createLogger(level: string, name: string): Logger {
     redact: ['authorization', 'headers.authorization', '*.signingSecret', 'signingSecret', 'secret', '*.secret', 'secrets', '*.secrets'],
   });
 }
+
+/** Writes out what the logger holds, before the process ends without its exit listeners. */
+export function flushLogSync(log: Logger): void {
+  const stream = (log as unknown as Record<symbol, { flushSync?: () => void } | undefined>)[pino.symbols.streamSym];
+  try {
+    stream?.flushSync?.();
+  } catch {
+    // Nothing more can be written; the process ends anyway.
+  }
+}

@@ -1,6 +1,6 @@
 // How a process of the service stops on SIGTERM or SIGINT: gracefully, within a deadline.
 
-import type { Logger } from './log.js';
+import { flushLogSync, type Logger } from './log.js';
 
 /**
  * A graceful stop waits for writes in flight to be flushed, and a stalled disk or an LMDB that
@@ -18,16 +18,29 @@ export function stopOnSignals(close: () => Promise<unknown>, log: Logger, deadli
     log.info({ signal }, 'shutting down');
     setTimeout(() => {
       log.error({ deadlineMs }, 'shutdown did not finish in time; exiting');
-      process.exit(1);
+      exitNow(1, log);
     }, deadlineMs).unref();
     close().then(
       () => process.exit(0),
       (err: unknown) => {
         log.error({ err }, 'shutdown failed');
-        process.exit(1);
+        exitNow(1, log);
       },
     );
   };
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+/**
+ * Ends the process at once with `code`, without running the 'exit' listeners. lmdb-js closes its
+ * environment in one, taking a lock that a write transaction LMDB refused to begin never gave back
+ * (lmdb-js 3.5.6, WriteWorker::Write after MDB_PANIC): process.exit then hung for good, with the
+ * node answering nothing and ignoring SIGTERM. LMDB needs no close to be consistent on disk. The
+ * log is flushed first, since its own flush on exit is one of those listeners.
+ */
+export function exitNow(code: number, log?: Logger): never {
+  if (log) flushLogSync(log);
+  process.removeAllListeners('exit');
+  process.exit(code);
 }

@@ -5,11 +5,12 @@
 // (ARCHITECTURE properties 2 and 3).
 
 import { Buffer } from 'node:buffer';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { inspect } from 'node:util';
 import { BoundedMap } from '../common/bounded-map.js';
+import { exitNow } from '../common/shutdown.js';
 import { deepFreeze } from '../common/freeze.js';
 import { asBinary, open, type Binary, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
@@ -577,8 +578,8 @@ function isPanic(err: unknown): boolean {
 }
 
 function exitOnFatal(err: unknown): void {
-  process.stderr.write(`storage failed and cannot be trusted; exiting: ${inspect(err)}\n`);
-  process.exit(1);
+  writeSync(2, `storage failed and cannot be trusted; exiting: ${inspect(err)}\n`);
+  exitNow(1);
 }
 
 /** The causes (`commitError`) of the commits Store.commit saw fail, and the errors it answered them with. */

@@ -180,6 +180,8 @@ test('by default a node whose storage cannot be trusted logs it at fatal level a
     const { allPartitions } = await import(${JSON.stringify(join(ROOT, 'dist', 'common', 'partitions.js'))});
     const { createLogger } = await import(${JSON.stringify(join(ROOT, 'dist', 'common', 'log.js'))});
     const host = new ActorHost({ dataDir: ${JSON.stringify(dir)}, partitions: allPartitions(), mailboxLimit: 100, log: createLogger('info', 'actors') });
+    // lmdb-js closes its environment in an 'exit' listener, which can block for good after LMDB's panic.
+    process.on('exit', () => console.log('an exit listener ran'));
     await host.ready;
     const store = host.store;
     const queue = store.queue.bind(store);
@@ -197,6 +199,7 @@ test('by default a node whose storage cannot be trusted logs it at fatal level a
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   t.is(code, 1, out);
   t.notRegex(out, /still running/);
+  t.notRegex(out, /an exit listener ran/);
   const line = out.split('\n').find((l) => l.includes('"level":60'));
   t.truthy(line, out);
   t.regex(line!, /storage failed and cannot be trusted/);
@@ -210,6 +213,7 @@ test('a stop that does not finish within its deadline exits 1; one that finishes
       const { stopOnSignals } = await import(${shutdown});
       const { createLogger } = await import(${log});
       stopOnSignals(() => ${close}, createLogger('info', 'test'), 300);
+      process.on('exit', (code) => { if (code !== 0) console.log('an exit listener ran'); });
       setInterval(() => {}, 1000);
       console.log('ready');
     `;
@@ -227,6 +231,7 @@ test('a stop that does not finish within its deadline exits 1; one that finishes
   const stuck = await run('new Promise(() => {})');
   t.is(stuck.code, 1, stuck.out);
   t.regex(stuck.out, /shutdown did not finish in time/);
+  t.notRegex(stuck.out, /an exit listener ran/, 'the deadline ends the process without its exit listeners');
   const clean = await run('Promise.resolve()');
   t.is(clean.code, 0, clean.out);
 });
