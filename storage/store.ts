@@ -268,6 +268,11 @@ export class Store {
   private readonly present: Binary;
   private closed = false;
   private failedFatally = false;
+  /**
+   * LMDB was probed after a flush in this turn of the event loop (commitPlanned): the commits of
+   * one flush are answered in one turn (lmdb-js's `flushed` is one object for every batch).
+   */
+  private probedThisTurn = false;
   /** Commits not yet settled, and when one last began from none or settled (STALL_PROBE_MS). */
   private inFlight = 0;
   private progressAt = 0;
@@ -291,6 +296,11 @@ export class Store {
 
   private probeIfStalled(): void {
     if (this.inFlight === 0 || performance.now() - this.progressAt < this.stallProbeMs) return;
+    this.probe();
+  }
+
+  /** A read of a fresh snapshot: LMDB refuses it once it has had a fatal error (failedWith). */
+  private probe(): void {
     try {
       this.freshSnapshot();
       this.root.getBinary('opened');
@@ -434,7 +444,17 @@ export class Store {
       // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
       // pending when `then` is called: call it now, while that is ours. Awaited after the commit
       // it would name whatever batch came next, and every write would wait one more fsync.
-      flushed = this.root.flushed.then(() => undefined);
+      flushed = this.root.flushed.then(() => {
+        // LMDB answers a commit whose write of the meta page that marks it synced failed as a
+        // success, and refuses every transaction from then on: one read per flush tells, before
+        // any write of it is acknowledged.
+        if (!this.probedThisTurn) {
+          this.probedThisTurn = true;
+          setImmediate(() => (this.probedThisTurn = false));
+          this.probe();
+        }
+        if (this.failedFatally) throw new Error('The storage failed and cannot be trusted: this write is not known to be on disk.');
+      });
       await committed.catch((err: unknown) => {
         // A failed commit rejects `flushed` too, and lmdb-js rejects one more promise of its own
         // with the cause (`commitError`). Nothing else waits on either: left unhandled, Node would

@@ -108,6 +108,23 @@ test('LMDB refusing transactions after a failed commit (a failed meta write) is 
   t.deepEqual(other.fatal, [panic], 'reported once');
 });
 
+test('a flush LMDB answers as done while refusing everything after it (a failed write of the synced meta page) acknowledges nothing', async (t) => {
+  const { store, fatal } = await storeWithFatal(t);
+  const docs = store.table(DOCS);
+  await store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'on disk' } }]);
+  t.deepEqual(fatal, []);
+  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  (store as unknown as { root: { getBinary(key: unknown): unknown } }).root.getBinary = () => {
+    throw panic;
+  };
+  const both = [
+    store.commit([{ table: docs, id: 'd2', before: undefined, after: { id: 'd2', version: 1, note: 'x' } }]),
+    store.commit([{ table: docs, id: 'd3', before: undefined, after: { id: 'd3', version: 1, note: 'y' } }]),
+  ];
+  for (const commit of both) await t.throwsAsync(commit, { message: /not known to be on disk/ });
+  t.deepEqual(fatal, [panic]);
+});
+
 test('commits in flight with none settling: LMDB is probed, and its panic ends the node; a disk merely slow does not', async (t) => {
   const stuck = (store: Store): void => {
     (store as unknown as { queue: Queue }).queue = () => new Promise(() => {});
