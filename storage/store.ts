@@ -269,10 +269,23 @@ export class Store {
   private closed = false;
   private failedFatally = false;
   /**
-   * LMDB was probed after a flush in this turn of the event loop (commitPlanned): the commits of
-   * one flush are answered in one turn (lmdb-js's `flushed` is one object for every batch).
+   * Commits committed and waiting for their flush, in the order they were committed, each with
+   * that place (`committedSeq`) and when it began to wait (releaseFlushed, nudge).
+   */
+  private readonly flushWaiters = new Map<() => void, { seq: number; since: number }>();
+  /** Commits lmdb-js has resolved, counted: they commit, and flush, in this order. */
+  private committedSeq = 0;
+  /** A commit of the store's own is under way to release commits whose flush is lost (Store.nudge). */
+  private nudging = false;
+  /**
+   * LMDB was probed after a flush in this turn of the event loop (afterFlush): the commits of one
+   * flush are answered in one turn (lmdb-js's `flushed` is one object for every batch).
    */
   private probedThisTurn = false;
+  /** When the store's own commit last failed (nudge): the next waits a while after one. */
+  private nudgeFailedAt = -Infinity;
+  /** Where the store notes its opening (syncOpened) and its own commits (nudge). */
+  private readonly opened: Table<{ id: string; at: number }>;
   /** Commits not yet settled, and when one last began from none or settled (STALL_PROBE_MS). */
   private inFlight = 0;
   private progressAt = 0;
@@ -290,13 +303,80 @@ export class Store {
   ) {
     this.index = root.openDB<number, Key>({ name: 'index' });
     this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
+    this.opened = this.table<{ id: string; at: number }>({ name: 'opened', indexKeys: () => [] });
     this.ready = this.syncOpened();
-    this.stallProbe = setInterval(() => this.probeIfStalled(), Math.min(1000, stallProbeMs / 2)).unref();
+    this.stallProbe = setInterval(() => this.tick(), Math.min(1000, stallProbeMs / 2)).unref();
   }
 
-  private probeIfStalled(): void {
-    if (this.inFlight === 0 || performance.now() - this.progressAt < this.stallProbeMs) return;
-    this.probe();
+  private tick(): void {
+    const now = performance.now();
+    const stalled = now - this.progressAt >= this.stallProbeMs;
+    if (this.inFlight > 0 && stalled) this.probe();
+    // Only once nothing else has settled for as long (a later commit's flush releases them too),
+    // and not again soon after one failed: the store's own commit shares a transaction with
+    // whatever else is written in its turn, and while the disk has no room it fails them with it.
+    const oldest = this.flushWaiters.values().next().value;
+    const due = stalled && now - this.nudgeFailedAt >= 5 * this.stallProbeMs;
+    if (oldest !== undefined && now - oldest.since >= this.stallProbeMs && due && !this.nudging && !this.closed) this.nudge();
+  }
+
+  /**
+   * A commit waits for its flush, or for a later one (Store.commit). lmdb-js calls the resolvers
+   * of the flushes pending when a batch is written only if it succeeds (write.js, startWriting),
+   * so after a failed commit a later one that succeeded could wait for its flush for good, holding
+   * its keys (seen under a full disk: a create that never answered, and its order's writes 503
+   * from then on). A later flush puts it on disk as well (fdatasync writes the whole file, and
+   * LMDB marks the newer commit synced): every commit's flush releases the commits before it
+   * (releaseFlushed), and one that waited past STALL_PROBE_MS with nothing else settling is
+   * released by the store's own (nudge). Here: the commit counted `seq` is on disk, so every one
+   * before it is too.
+   */
+  private releaseFlushed(seq: number): void {
+    for (const [done, waiting] of this.flushWaiters) {
+      if (waiting.seq > seq) break;
+      done();
+    }
+  }
+
+  /** One small commit, flushed: every commit waiting before it is then on disk too. Retried by the next tick while it fails (no room). */
+  private nudge(): void {
+    this.nudging = true;
+    const waiting = [...this.flushWaiters.keys()];
+    const record = { id: 'flushed', at: Date.now() };
+    const bytes = this.opened.encode(record);
+    const list: Op[] = [{ db: this.opened.db as unknown as Database<unknown, Key>, key: record.id, value: asBinary(bytes), bytes }];
+    const committed = this.queue(list);
+    const flushed = this.root.flushed.then(() => this.afterFlush());
+    committed.then(
+      () =>
+        flushed.then(
+          () => {
+            this.nudging = false;
+            for (const done of waiting) done();
+          },
+          () => (this.nudging = false),
+        ),
+      (err: unknown) => {
+        flushed.catch(ignore);
+        this.nudging = false;
+        this.nudgeFailedAt = performance.now();
+        this.commitFailed(err, list);
+      },
+    );
+  }
+
+  /**
+   * After a flush, before any write of it is acknowledged: LMDB answers a commit whose write of
+   * the meta page that marks it synced failed as a success, and refuses every transaction from
+   * then on. One read of a fresh snapshot per turn tells.
+   */
+  private afterFlush(): void {
+    if (!this.probedThisTurn) {
+      this.probedThisTurn = true;
+      setImmediate(() => (this.probedThisTurn = false));
+      this.probe();
+    }
+    if (this.failedFatally) throw new Error('The storage failed and cannot be trusted: this write is not known to be on disk.');
   }
 
   /** A read of a fresh snapshot: LMDB refuses it once it has had a fatal error (failedWith). */
@@ -321,7 +401,7 @@ export class Store {
    * without room leaves the file as it is, and the node serves what it holds.
    */
   private async syncOpened(): Promise<void> {
-    const opened = this.table<{ id: string; at: number }>({ name: 'opened', indexKeys: () => [] });
+    const opened = this.opened;
     try {
       await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }]);
     } catch (err) {
@@ -426,58 +506,69 @@ export class Store {
     if (this.closed) throw new Error('store is closed');
     // Every key and value is worked out before the first is queued, so nothing this process
     // computes can fail between two of a commit's puts.
-    const ops = this.plan(writes);
+    const { list, keysFit } = this.plan(writes);
     if (this.inFlight++ === 0) this.progressAt = performance.now();
+    for (const w of writes) w.table.changeStarted(w.id);
+    let release: (() => void) | undefined;
     try {
-      await this.commitPlanned(writes, ops.list, ops.keysFit);
+      let seq = 0;
+      let committed: Promise<unknown>;
+      let flushed: Promise<void>;
+      try {
+        committed = keysFit ? this.queue(list) : this.nested(list);
+        // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
+        // pending when `then` is called: call it now, while that is ours. Awaited after the commit
+        // it would name whatever batch came next, and every write would wait one more fsync.
+        // Resolved by that flush, or by a later one (releaseFlushed).
+        flushed = new Promise<void>((resolve, reject) => {
+          release = resolve;
+          this.root.flushed.then(() => {
+            try {
+              this.afterFlush();
+            } catch (err) {
+              reject(err);
+              return;
+            }
+            this.releaseFlushed(seq);
+            resolve();
+          }, reject);
+        });
+        await committed.catch((err: unknown) => {
+          // A failed commit rejects `flushed` too (when it settles at all). Nothing else waits on it.
+          flushed.catch(ignore);
+          this.commitFailed(err, list);
+          throw err;
+        });
+        seq = ++this.committedSeq;
+      } finally {
+        // Visible to every read from here on (lmdb-js renews its read snapshot before it resolves
+        // a commit), or rolled back.
+        for (const w of writes) w.table.changeSettled(w.id);
+      }
+      this.flushWaiters.set(release!, { seq, since: performance.now() });
+      await flushed;
     } finally {
+      if (release) this.flushWaiters.delete(release);
       this.inFlight--;
       this.progressAt = performance.now();
     }
   }
 
-  private async commitPlanned(writes: Write<unknown>[], list: Op[], keysFit: boolean): Promise<void> {
-    for (const w of writes) w.table.changeStarted(w.id);
-    let flushed: Promise<void>;
-    try {
-      const committed = keysFit ? this.queue(list) : this.nested(list);
-      // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
-      // pending when `then` is called: call it now, while that is ours. Awaited after the commit
-      // it would name whatever batch came next, and every write would wait one more fsync.
-      flushed = this.root.flushed.then(() => {
-        // LMDB answers a commit whose write of the meta page that marks it synced failed as a
-        // success, and refuses every transaction from then on: one read per flush tells, before
-        // any write of it is acknowledged.
-        if (!this.probedThisTurn) {
-          this.probedThisTurn = true;
-          setImmediate(() => (this.probedThisTurn = false));
-          this.probe();
-        }
-        if (this.failedFatally) throw new Error('The storage failed and cannot be trusted: this write is not known to be on disk.');
-      });
-      await committed.catch((err: unknown) => {
-        // A failed commit rejects `flushed` too, and lmdb-js rejects one more promise of its own
-        // with the cause (`commitError`). Nothing else waits on either: left unhandled, Node would
-        // end the process for them. The failure is answered through `err`.
-        flushed.catch(ignore);
-        const cause = (err as { commitError?: Promise<unknown> } | undefined)?.commitError;
-        if (cause) {
-          failedCauses.add(cause);
-          cause.catch(ignore);
-          // Checked before this failure is answered, and before any later commit is.
-          const untrusted = this.appliedAnyway(list);
-          if (untrusted) this.fatal(Object.assign(untrusted, { cause: err }));
-        }
-        if (typeof err === 'object' && err !== null) answeredFailures.add(err);
-        this.forgetUnsavedShapes();
-        throw err;
-      });
-    } finally {
-      // Visible to every read from here on (lmdb-js renews its read snapshot before it resolves
-      // a commit), or rolled back.
-      for (const w of writes) w.table.changeSettled(w.id);
+  /**
+   * What a failed commit leaves to do before it is answered. lmdb-js rejects one more promise of
+   * its own with the cause (`commitError`); left unhandled, Node would end the process for it.
+   */
+  private commitFailed(err: unknown, list: Op[]): void {
+    const cause = (err as { commitError?: Promise<unknown> } | undefined)?.commitError;
+    if (cause) {
+      failedCauses.add(cause);
+      cause.catch(ignore);
+      // Checked before this failure is answered, and before any later commit is.
+      const untrusted = this.appliedAnyway(list);
+      if (untrusted) this.fatal(Object.assign(untrusted, { cause: err }));
     }
-    await flushed;
+    if (typeof err === 'object' && err !== null) answeredFailures.add(err);
+    this.forgetUnsavedShapes();
   }
 
   /**

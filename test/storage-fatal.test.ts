@@ -125,6 +125,43 @@ test('a flush LMDB answers as done while refusing everything after it (a failed 
   t.deepEqual(fatal, [panic]);
 });
 
+/** The store's next `flushed` is one lmdb-js never settles, as when its resolver went with a failed batch. */
+function loseNextFlush(store: Store): void {
+  const root = (store as unknown as { root: object }).root;
+  const real = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(root), 'flushed') ?? Object.getOwnPropertyDescriptor(root, 'flushed')!;
+  let lost = 1;
+  Object.defineProperty(root, 'flushed', {
+    configurable: true,
+    get(this: object) {
+      if (lost-- > 0) return { then: (resolve: () => void, reject: (err: unknown) => void) => new Promise<never>(() => {}).then(resolve, reject) };
+      return real.get ? real.get.call(this) : real.value;
+    },
+  });
+}
+
+const within = <T>(ms: number, p: Promise<T>): Promise<T | 'still waiting'> => Promise.race([p, new Promise<'still waiting'>((resolve) => setTimeout(() => resolve('still waiting'), ms))]);
+
+test('a commit whose flush lmdb-js never settles (its resolver dropped with a failed batch) is released by a later commit\'s flush', async (t) => {
+  const { store, fatal } = await storeWithFatal(t, 60_000);
+  const docs = store.table(DOCS);
+  loseNextFlush(store);
+  const lost = store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]);
+  t.is(await within(300, lost.then(() => 'acknowledged')), 'still waiting');
+  await store.commit([{ table: docs, id: 'd2', before: undefined, after: { id: 'd2', version: 1, note: 'y' } }]);
+  t.is(await within(1000, lost.then(() => 'acknowledged')), 'acknowledged');
+  t.deepEqual(fatal, []);
+});
+
+test('a commit whose flush is lost, with nothing else written, is released by a commit of the store\'s own once nothing has settled for a while', async (t) => {
+  const { store, fatal } = await storeWithFatal(t, 200);
+  const docs = store.table(DOCS);
+  loseNextFlush(store);
+  const commit = store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]);
+  t.is(await within(5000, commit.then(() => 'acknowledged')), 'acknowledged');
+  t.is(docs.get('d1')?.note, 'x');
+  t.deepEqual(fatal, []);
+});
+
 test('commits in flight with none settling: LMDB is probed, and its panic ends the node; a disk merely slow does not', async (t) => {
   const stuck = (store: Store): void => {
     (store as unknown as { queue: Queue }).queue = () => new Promise(() => {});
