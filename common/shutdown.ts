@@ -1,5 +1,6 @@
 // How a process of the service stops on SIGTERM or SIGINT: gracefully, within a deadline.
 
+import { writeSync } from 'node:fs';
 import { flushLogSync, type Logger } from './log.js';
 
 /**
@@ -16,10 +17,14 @@ export function stopOnSignals(close: () => Promise<unknown>, log: Logger, deadli
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'shutting down');
+    // Not unref'd: a close that waits for good on a flush lmdb-js dropped leaves nothing else to
+    // keep the process up, and it would end by itself, 0 and through the exit listeners.
     setTimeout(() => {
       log.error({ deadlineMs }, 'shutdown did not finish in time; exiting');
+      // Also written at once: the log's own write may be what a blocked thread pool holds up.
+      writeSync(2, `shutdown did not finish within ${deadlineMs} ms; exiting\n`);
       exitNow(1, log);
-    }, deadlineMs).unref();
+    }, deadlineMs);
     close().then(
       () => process.exit(0),
       (err: unknown) => {
@@ -33,14 +38,18 @@ export function stopOnSignals(close: () => Promise<unknown>, log: Logger, deadli
 }
 
 /**
- * Ends the process at once with `code`, without running the 'exit' listeners. lmdb-js closes its
- * environment in one, taking a lock that a write transaction LMDB refused to begin never gave back
- * (lmdb-js 3.5.6, WriteWorker::Write after MDB_PANIC): process.exit then hung for good, with the
- * node answering nothing and ignoring SIGTERM. LMDB needs no close to be consistent on disk. The
- * log is flushed first, since its own flush on exit is one of those listeners.
+ * Ends the process at once, without the 'exit' listeners and without waiting for libuv's thread
+ * pool. lmdb-js closes its environment in an exit listener, taking a lock that a write transaction
+ * LMDB refused to begin never gave back (lmdb-js 3.5.6, WriteWorker::Write after MDB_PANIC), and
+ * process.exit also waits for every pool thread, one of which may be blocked in that lock or in a
+ * stalled fdatasync: either way the node hung for good, answering nothing and ignoring SIGTERM.
+ * So the process kills itself (SIGKILL; a supervisor restarts it as after any other exit), and
+ * `code` is used only where signals cannot be sent. LMDB needs no close to be consistent on disk.
+ * The log is flushed first, since its own flush on exit is one of those listeners.
  */
 export function exitNow(code: number, log?: Logger): never {
   if (log) flushLogSync(log);
   process.removeAllListeners('exit');
+  process.kill(process.pid, 'SIGKILL');
   process.exit(code);
 }

@@ -94,6 +94,8 @@ interface Op {
   value: Binary | undefined;
   /** A record's bytes (in `value`), to tell whether a failed commit was applied (Store.appliedAnyway). */
   bytes?: Uint8Array;
+  /** A record's put or remove that changes what is stored (a remove of a record that is there). */
+  changes?: boolean;
 }
 
 interface Encoding {
@@ -273,8 +275,8 @@ export class Store {
    * that place (`committedSeq`) and when it began to wait (releaseFlushed, nudge).
    */
   private readonly flushWaiters = new Map<() => void, { seq: number; since: number }>();
-  /** Commits lmdb-js has resolved, counted: they commit, and flush, in this order. */
-  private committedSeq = 0;
+  /** Commits queued, counted: with `asyncTransactionOrder: 'strict'` they commit, and flush, in this order. */
+  private queuedSeq = 0;
   /** A commit of the store's own is under way to release commits whose flush is lost (Store.nudge). */
   private nudging = false;
   /**
@@ -284,6 +286,8 @@ export class Store {
   private probedThisTurn = false;
   /** When the store's own commit last failed (nudge): the next waits a while after one. */
   private nudgeFailedAt = -Infinity;
+  /** When the store's own commit under way began: its own flush can be lost too (tick). */
+  private nudgeStartedAt = 0;
   /** Where the store notes its opening (syncOpened) and its own commits (nudge). */
   private readonly opened: Table<{ id: string; at: number }>;
   /** Commits not yet settled, and when one last began from none or settled (STALL_PROBE_MS). */
@@ -305,6 +309,8 @@ export class Store {
     this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
     this.opened = this.table<{ id: string; at: number }>({ name: 'opened', indexKeys: () => [] });
     this.ready = this.syncOpened();
+    // Awaited by whoever serves from the store; a rejection no one awaits is reported by onFatal.
+    this.ready.catch(ignore);
     this.stallProbe = setInterval(() => this.tick(), Math.min(1000, stallProbeMs / 2)).unref();
   }
 
@@ -315,6 +321,7 @@ export class Store {
     // Only once nothing else has settled for as long (a later commit's flush releases them too),
     // and not again soon after one failed: the store's own commit shares a transaction with
     // whatever else is written in its turn, and while the disk has no room it fails them with it.
+    if (this.nudging && now - this.nudgeStartedAt >= 5 * this.stallProbeMs) this.nudging = false;
     const oldest = this.flushWaiters.values().next().value;
     const due = stalled && now - this.nudgeFailedAt >= 5 * this.stallProbeMs;
     if (oldest !== undefined && now - oldest.since >= this.stallProbeMs && due && !this.nudging && !this.closed) this.nudge();
@@ -332,19 +339,17 @@ export class Store {
    * before it is too.
    */
   private releaseFlushed(seq: number): void {
-    for (const [done, waiting] of this.flushWaiters) {
-      if (waiting.seq > seq) break;
-      done();
-    }
+    for (const [done, waiting] of this.flushWaiters) if (waiting.seq <= seq) done();
   }
 
   /** One small commit, flushed: every commit waiting before it is then on disk too. Retried by the next tick while it fails (no room). */
   private nudge(): void {
     this.nudging = true;
+    this.nudgeStartedAt = performance.now();
     const waiting = [...this.flushWaiters.keys()];
     const record = { id: 'flushed', at: Date.now() };
     const bytes = this.opened.encode(record);
-    const list: Op[] = [{ db: this.opened.db as unknown as Database<unknown, Key>, key: record.id, value: asBinary(bytes), bytes }];
+    const list: Op[] = [{ db: this.opened.db as unknown as Database<unknown, Key>, key: record.id, value: asBinary(bytes), bytes, changes: true }];
     const committed = this.queue(list);
     const flushed = this.root.flushed.then(() => this.afterFlush());
     committed.then(
@@ -465,7 +470,9 @@ export class Store {
    * cannot be trusted.
    */
   private appliedAnyway(list: Op[]): Error | undefined {
-    const last = list.at(-1);
+    // The last record written: found as it would be, the commit was applied. A remove of what
+    // was not there would be found so either way.
+    const last = list.findLast((op) => op.changes === true);
     if (last === undefined) return undefined;
     try {
       this.freshSnapshot();
@@ -473,7 +480,8 @@ export class Store {
       const applied = last.bytes === undefined ? stored === undefined : stored !== undefined && Buffer.compare(stored, last.bytes) === 0;
       return applied ? new Error('A commit failed after it was applied: its transaction is visible but not known to be on disk.') : undefined;
     } catch (err) {
-      return Object.assign(new Error('LMDB refuses transactions after a failed commit.'), { cause: err });
+      // LMDB's panic; anything else (a key it refuses to look up) tells nothing about the commit.
+      return isPanic(err) ? Object.assign(new Error('LMDB refuses transactions after a failed commit.'), { cause: err }) : undefined;
     }
   }
 
@@ -511,11 +519,14 @@ export class Store {
     for (const w of writes) w.table.changeStarted(w.id);
     let release: (() => void) | undefined;
     try {
-      let seq = 0;
       let committed: Promise<unknown>;
       let flushed: Promise<void>;
+      let seq = 0;
       try {
         committed = keysFit ? this.queue(list) : this.nested(list);
+        // Counted as queued, not as resolved: a nested commit resolves a step later than a block
+        // queued after it, in a later transaction.
+        seq = ++this.queuedSeq;
         // lmdb-js resolves a commit before its fsync (overlappingSync). `flushed` names the batch
         // pending when `then` is called: call it now, while that is ours. Awaited after the commit
         // it would name whatever batch came next, and every write would wait one more fsync.
@@ -539,7 +550,6 @@ export class Store {
           this.commitFailed(err, list);
           throw err;
         });
-        seq = ++this.committedSeq;
       } finally {
         // Visible to every read from here on (lmdb-js renews its read snapshot before it resolves
         // a commit), or rolled back.
@@ -642,7 +652,7 @@ export class Store {
       keysFit &&= keyBound([id]) <= KEY_BYTES_SURE;
       const db = table.db as unknown as Database<unknown, Key>;
       const bytes = after === undefined ? undefined : (encoded ?? table.encode(after));
-      list.push({ db, key: id, value: bytes === undefined ? undefined : asBinary(bytes), bytes });
+      list.push({ db, key: id, value: bytes === undefined ? undefined : asBinary(bytes), bytes, changes: before !== undefined || after !== undefined });
     }
     return { list, keysFit };
   }
