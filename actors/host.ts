@@ -4,7 +4,6 @@
 // committed state, and a write is acknowledged only once committed, so a client always reads
 // its own acknowledged writes.
 
-import { writeSync } from 'node:fs';
 import { inspect } from 'node:util';
 import { performance } from 'node:perf_hooks';
 import type { ActorEndpoint, Admission } from '../common/bus.js';
@@ -198,9 +197,7 @@ export class ActorHost implements ActorEndpoint {
         opts.onStorageFatal ??
         ((err) => {
           opts.log.fatal({ err }, 'storage failed and cannot be trusted: exiting, to be started again on the data');
-          // Also written at once: the log's own write may be what a blocked thread pool holds up.
-          writeSync(2, `storage failed and cannot be trusted: exiting, to be started again on the data: ${inspect(err)}\n`);
-          exitNow(1, opts.log);
+          exitNow(1, `storage failed and cannot be trusted: exiting, to be started again on the data: ${inspect(err)}`, opts.log);
         }),
     });
     this.inflightLimit = opts.inflightLimit ?? 20_000;

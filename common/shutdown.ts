@@ -17,19 +17,17 @@ export function stopOnSignals(close: () => Promise<unknown>, log: Logger, deadli
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'shutting down');
-    // Not unref'd: a close that waits for good on a flush lmdb-js dropped leaves nothing else to
-    // keep the process up, and it would end by itself, 0 and through the exit listeners.
+    // Unref'd: a close that waits for good on a flush lmdb-js dropped (Store.close awaits it)
+    // leaves nothing else to keep the process up, and it ends by itself, through lmdb-js's close.
     setTimeout(() => {
       log.error({ deadlineMs }, 'shutdown did not finish in time; exiting');
-      // Also written at once: the log's own write may be what a blocked thread pool holds up.
-      writeSync(2, `shutdown did not finish within ${deadlineMs} ms; exiting\n`);
-      exitNow(1, log);
-    }, deadlineMs);
+      exitNow(1, `shutdown did not finish within ${deadlineMs} ms; exiting`, log);
+    }, deadlineMs).unref();
     close().then(
       () => process.exit(0),
       (err: unknown) => {
         log.error({ err }, 'shutdown failed');
-        exitNow(1, log);
+        exitNow(1, 'shutdown failed', log);
       },
     );
   };
@@ -45,10 +43,12 @@ export function stopOnSignals(close: () => Promise<unknown>, log: Logger, deadli
  * stalled fdatasync: either way the node hung for good, answering nothing and ignoring SIGTERM.
  * So the process kills itself (SIGKILL; a supervisor restarts it as after any other exit), and
  * `code` is used only where signals cannot be sent. LMDB needs no close to be consistent on disk.
- * The log is flushed first, since its own flush on exit is one of those listeners.
+ * The log is flushed first, since its own flush on exit is one of those listeners, and `message`
+ * is written to stderr at once as well: the log's own write may be what a blocked pool holds up.
  */
-export function exitNow(code: number, log?: Logger): never {
+export function exitNow(code: number, message: string, log?: Logger): never {
   if (log) flushLogSync(log);
+  writeSync(2, `${message}\n`);
   process.removeAllListeners('exit');
   process.kill(process.pid, 'SIGKILL');
   process.exit(code);

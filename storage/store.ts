@@ -5,7 +5,7 @@
 // (ARCHITECTURE properties 2 and 3).
 
 import { Buffer } from 'node:buffer';
-import { mkdirSync, writeSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { inspect } from 'node:util';
@@ -257,7 +257,7 @@ export interface StoreOptions {
 
 /**
  * Commits in flight with none settling for this long: LMDB is probed with a read of a fresh
- * snapshot (Store.probeIfStalled). A failed write of the meta page that marks a commit synced
+ * snapshot (Store.tick). A failed write of the meta page that marks a commit synced
  * leaves LMDB refusing every transaction while lmdb-js settles no commit at all; only a read
  * tells. A disk that is merely slow answers the read, and nothing happens.
  */
@@ -272,7 +272,7 @@ export class Store {
   private failedFatally = false;
   /**
    * Commits committed and waiting for their flush, in the order they were committed, each with
-   * that place (`committedSeq`) and when it began to wait (releaseFlushed, nudge).
+   * that place (`queuedSeq`) and when it began to wait (releaseFlushed, nudge).
    */
   private readonly flushWaiters = new Map<() => void, { seq: number; since: number }>();
   /** Commits queued, counted: with `asyncTransactionOrder: 'strict'` they commit, and flush, in this order. */
@@ -699,8 +699,7 @@ function isPanic(err: unknown): boolean {
 }
 
 function exitOnFatal(err: unknown): void {
-  writeSync(2, `storage failed and cannot be trusted; exiting: ${inspect(err)}\n`);
-  exitNow(1);
+  exitNow(1, `storage failed and cannot be trusted: exiting, to be started again on the data: ${inspect(err)}`);
 }
 
 /** The causes (`commitError`) of the commits Store.commit saw fail, and the errors it answered them with. */

@@ -28,6 +28,11 @@ function commitFailure(code = 5): Error {
 
 type Queue = (list: unknown[]) => Promise<unknown>;
 
+/** What lmdb-js throws once LMDB has had a fatal error. */
+function lmdbPanic(): Error {
+  return Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+}
+
 /**
  * The store's next commit goes to LMDB as `how` says, then is reported failed as lmdb-js reports
  * it; 'refused after' leaves LMDB refusing reads of `table` as it does after a failed meta write.
@@ -40,7 +45,7 @@ function failNextCommit(store: Store, how: 'applied' | 'not applied' | 'refused 
     if (how === 'applied') await queue(list);
     if (how === 'refused after') {
       (store.tableNamed(table) as unknown as { db: { getBinary(key: unknown): unknown } }).db.getBinary = () => {
-        throw Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+        throw lmdbPanic();
       };
     }
     throw commitFailure();
@@ -102,7 +107,7 @@ test('LMDB refusing transactions after a failed commit (a failed meta write) is 
   const other = await storeWithFatal(t);
   other.store.failedWith(new Error('a bug of ours, not storage'));
   t.deepEqual(other.fatal, []);
-  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  const panic = lmdbPanic();
   other.store.failedWith(panic);
   other.store.failedWith(panic);
   t.deepEqual(other.fatal, [panic], 'reported once');
@@ -113,7 +118,7 @@ test('a flush LMDB answers as done while refusing everything after it (a failed 
   const docs = store.table(DOCS);
   await store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'on disk' } }]);
   t.deepEqual(fatal, []);
-  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  const panic = lmdbPanic();
   (store as unknown as { root: { getBinary(key: unknown): unknown } }).root.getBinary = () => {
     throw panic;
   };
@@ -170,7 +175,7 @@ test('commits in flight with none settling: LMDB is probed, and its panic ends t
   const docs = panicking.store.table(DOCS);
   stuck(panicking.store);
   void panicking.store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]);
-  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  const panic = lmdbPanic();
   (panicking.store as unknown as { root: { getBinary(key: unknown): unknown } }).root.getBinary = () => {
     throw panic;
   };
@@ -217,7 +222,7 @@ test("the actor host reports a read that meets LMDB's panic, and answers it 500;
   };
   t.deepEqual(await host.handle({ kind: 'product.get', tenant: 't1', partition: 7, id }), INTERNAL);
   t.deepEqual(fatal, []);
-  const panic = Object.assign(new Error('MDB_PANIC: Update of meta page failed or environment had fatal error'), { code: 22 });
+  const panic = lmdbPanic();
   table.get = () => {
     throw panic;
   };
