@@ -11,7 +11,7 @@ import { ActorHost, hostSettings } from '../actors/host.js';
 import type { RefundProcessor } from '../actors/refund-runner.js';
 import { Authenticator } from './auth.js';
 import { BusClient } from './bus-client.js';
-import { listen } from './http.js';
+import { listen, type HttpServer } from './http.js';
 import { createGateway, type Gateway } from './pipeline.js';
 import { articleRoutes } from './resources/articles.js';
 import { metaRoutes } from './resources/meta.js';
@@ -119,14 +119,25 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     config,
     log,
   });
-  const server = await listen(gateway.answer, {
-    host: config.host,
-    port: config.port,
-    maxBodyBytes: config.maxBodyBytes,
-    log,
-    refuse: gateway.refuse,
-    needsAddress: gateway.needsAddress,
-  });
+  let server: HttpServer;
+  try {
+    server = await listen(gateway.answer, {
+      host: config.host,
+      port: config.port,
+      maxBodyBytes: config.maxBodyBytes,
+      log,
+      refuse: gateway.refuse,
+      needsAddress: gateway.needsAddress,
+    });
+  } catch (err) {
+    // The port is taken: nothing was served, and what was opened for it is closed again.
+    lifecycleFile?.close();
+    gateway.close();
+    await usage.close();
+    await bus.close();
+    await host?.close();
+    throw err;
+  }
   let operator: OperatorServer | undefined;
   if (config.adminGrpcPort !== undefined) {
     operator = await startOperator(

@@ -356,14 +356,29 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
   });
 
   return new Promise((resolve, reject) => {
-    app.listen(opts.host, opts.port, (socket) => {
-      if (!socket) return reject(new Error(`cannot listen on ${opts.host}:${opts.port}`));
+    // Exclusive: a second process started on the same port (a leftover `npm start`, two nodes
+    // given one PORT) must fail to start, not share the port. This build binds with SO_REUSEADDR
+    // only; uSockets builds since set SO_REUSEPORT unless told otherwise, and the kernel would then
+    // split connections between the two (test/listen.test.ts).
+    listenExclusive(app, opts.host, opts.port, (socket) => {
+      if (!socket) return reject(new Error(`cannot listen on ${opts.host}:${opts.port}: the port is in use, or the address is not this machine's`));
       resolve({
         port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket),
         close: () => uWS.us_listen_socket_close(socket),
       });
     });
   });
+}
+
+/** uWS's LIBUS_LISTEN_EXCLUSIVE_PORT: bind without SO_REUSEPORT. (This build exports no name for it.) */
+const LISTEN_EXCLUSIVE_PORT = 1;
+
+type Listening = (socket: uWS.us_listen_socket | false) => void;
+
+/** listen(host, port, options, cb): the native call takes it; this build's typings omit the overload. */
+function listenExclusive(app: uWS.TemplatedApp, host: string, port: number, cb: Listening): void {
+  const withOptions = app.listen as unknown as (this: uWS.TemplatedApp, host: string, port: number, options: number, cb: Listening) => void;
+  withOptions.call(app, host, port, LISTEN_EXCLUSIVE_PORT, cb);
 }
 
 /**
