@@ -89,7 +89,12 @@ export function loadConfig(env: Env = process.env): Config {
   };
 }
 
-/** The http origin of a server listening on `host` and `port`; an IPv6 address goes in brackets (RFC 3986 §3.2.2). */
+/**
+ * The http origin of a server listening on `host` and `port`. An IPv6 address goes in brackets
+ * (RFC 3986 §3.2.2), once, whether HOST had them or not, and a zone id's `%` is written `%25`
+ * (RFC 6874 §2): `fe80::1%eth0` is `http://[fe80::1%25eth0]:port`.
+ */
 export function originOf(host: string, port: number): string {
-  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+  return `http://${bare.includes(':') ? `[${bare.replace('%', '%25')}]` : bare}:${port}`;
 }

@@ -36,9 +36,11 @@ test('events must outlive the retries of their deliveries', (t) => {
   t.throws(() => loadConfig({ EVENT_RETENTION_DAYS: '2' }), { instanceOf: ConfigError }, 'the default schedule retries for about 2.8 days');
 });
 
-test('the origin printed for HOST puts an IPv6 address in brackets', (t) => {
+test('the origin printed for HOST puts an IPv6 address in brackets once, with a zone id escaped', (t) => {
   t.is(originOf('127.0.0.1', 8080), 'http://127.0.0.1:8080');
   t.is(originOf('localhost', 80), 'http://localhost:80');
   t.is(originOf('::', 53675), 'http://[::]:53675');
   t.is(originOf('::1', 8080), 'http://[::1]:8080');
+  t.is(originOf('[::1]', 8080), 'http://[::1]:8080');
+  t.is(originOf('fe80::1%eth0', 8080), 'http://[fe80::1%25eth0]:8080');
 });
