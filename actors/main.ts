@@ -14,7 +14,7 @@ import { actorDataDir } from '../gateway/app.js';
 import { connectNatsBus } from '../common/nats-bus.js';
 import { dispatchOptions } from '../gateway/webhook-wiring.js';
 import { Authenticator } from '../gateway/auth.js';
-import { startOperator, type OperatorServer } from '../gateway/operator.js';
+import type { OperatorServer } from '../gateway/operator.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
@@ -38,6 +38,7 @@ async function main(): Promise<void> {
   // gateways' AUTH_JWT_SECRET to verify admin tokens, health checks need nothing.
   let operator: OperatorServer | undefined;
   if (config.adminGrpcPort !== undefined) {
+    const { startOperator } = await import('../gateway/operator.js');
     operator = await startOperator(
       { role: 'actors', mode: 'cluster', nodeId, partitions, auth: config.jwtSecret ? new Authenticator(config.jwtSecret) : undefined, log },
       config.adminGrpcHost,

@@ -30,7 +30,7 @@ import { LifecycleRegistry } from './lifecycle.js';
 import { LifecycleFile } from './lifecycle-file.js';
 import { deprecationsRoute } from './resources/deprecations.js';
 import { UsageCounter, readUsage } from './usage.js';
-import { startOperator, type OperatorServer } from './operator.js';
+import type { OperatorServer } from './operator.js';
 import { allPartitions } from '../common/partitions.js';
 
 export interface Service {
@@ -138,8 +138,11 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     await host?.close();
     throw err;
   }
+  void gateway.warm();
   let operator: OperatorServer | undefined;
   if (config.adminGrpcPort !== undefined) {
+    // Loaded only when switched on: gRPC and protobufjs are a third of the modules a start loads.
+    const { startOperator } = await import('./operator.js');
     operator = await startOperator(
       {
         role: 'gateway',

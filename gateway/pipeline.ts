@@ -23,7 +23,7 @@ import { callerKey, RateLimiter } from './rate-limit.js';
 import { cachedRenderingToSend, checkReadIfMatch, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
-import { compileSchema, MAX_REPORTED_ERRORS, validateBody } from './validate.js';
+import { MAX_REPORTED_ERRORS, validateBody, warmValidators } from './validate.js';
 import { relink, type ApiVersion } from './versions.js';
 import { lifecycleHeaders, type LifecycleCheck, type LifecycleRegistry } from './lifecycle.js';
 
@@ -62,16 +62,24 @@ export interface Gateway {
    */
   needsAddress(headers: RequestHeaders): boolean;
   routes: readonly RouteDef[];
-  /** Stops the rate limiter's sweep. */
+  /**
+   * Compiles the body validators in the background, one route's schema a turn: called once the
+   * server listens, so compiling them does not hold back the first answer.
+   */
+  warm(): Promise<void>;
+  /** Stops the rate limiter's sweep and the validators' warm-up. */
   close(): void;
 }
 
 export function createGateway(deps: GatewayDeps): Gateway {
   const router = new Router<RouteDef>();
-  for (const r of deps.routes) {
-    router.add(r.method, r.path, r);
-    if (r.body) compileSchema(r.body.schema);
-  }
+  for (const r of deps.routes) router.add(r.method, r.path, r);
+  let warming: { done: Promise<void>; stop: () => void } | undefined;
+  const warm = (): Promise<void> => {
+    const schemas = [...new Set(deps.routes.flatMap((r) => (r.body ? [r.body.schema] : [])))];
+    warming ??= warmValidators(schemas, (err) => deps.log.error({ err }, 'a route schema does not compile'));
+    return warming.done;
+  };
   const replays = new ReplayCache();
   const limiter = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
 
@@ -273,7 +281,11 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const needsAddress = (headers: RequestHeaders): boolean => deps.auth.cached(headers.authorization) === undefined;
 
   const handle = async (req: GatewayRequest): Promise<GatewayResponse> => answer(req);
-  return { answer, handle, refuse, needsAddress, routes: deps.routes, close: () => limiter.close() };
+  const close = (): void => {
+    warming?.stop();
+    limiter.close();
+  };
+  return { answer, handle, refuse, needsAddress, routes: deps.routes, warm, close };
 }
 
 /** What an answer carries whatever it turns out to be: set as the request goes through. */

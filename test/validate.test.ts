@@ -4,7 +4,8 @@
 import test from 'ava';
 import fc from 'fast-check';
 import { ApiError } from '../common/errors.js';
-import { codePoints, FULL_REPORT_MAX_BYTES, validateBody } from '../gateway/validate.js';
+import { allRoutes } from '../gateway/app.js';
+import { codePoints, compileSchema, FULL_REPORT_MAX_BYTES, validateBody, warmValidators } from '../gateway/validate.js';
 import type { JsonSchema } from '../gateway/route.js';
 
 /** The failures validateBody reports for `body`, [] when it passes. */
@@ -84,4 +85,38 @@ test('whatever the string and limits, a string passes exactly when its code poin
   });
   // fc.assert throws with the smallest counterexample it finds.
   t.notThrows(() => fc.assert(agrees, { numRuns: 2000 }));
+});
+
+test('every route body schema of every version compiles, for the first failure and for every failure', (t) => {
+  const schemas = new Set(allRoutes().flatMap((r) => (r.body ? [r.body.schema] : [])));
+  t.true(schemas.size > 10, `${schemas.size} schemas`);
+  for (const schema of schemas) t.notThrows(() => compileSchema(schema));
+});
+
+test('the warm-up compiles each schema in a turn of its own, reports one that does not compile, and goes on', async (t) => {
+  const errors: unknown[] = [];
+  const bad = { type: 'object', properties: { a: { type: 'no-such-type' } } } as unknown as JsonSchema;
+  const good = bounded(1, 3);
+  const warming = warmValidators([bad, good], (err) => errors.push(err));
+  t.is(errors.length, 0, 'nothing is compiled before the first turn');
+  await warming.done;
+  t.is(errors.length, 1);
+  t.deepEqual(failures(good, { s: 'abcd' }), [{ pointer: '/s', detail: 'must NOT have more than 3 characters' }]);
+});
+
+test('a warm-up stopped before its first turn compiles nothing and still settles', async (t) => {
+  const errors: unknown[] = [];
+  const warming = warmValidators([{ type: 'object', properties: { a: { type: 'no-such-type' } } } as unknown as JsonSchema], (err) => errors.push(err));
+  warming.stop();
+  await warming.done;
+  await new Promise((resolve) => setImmediate(resolve));
+  t.is(errors.length, 0);
+});
+
+test('a body failing a schema no warm-up compiled lists every failure at once', (t) => {
+  const schema: JsonSchema = { type: 'object', additionalProperties: false, properties: { a: { type: 'integer' }, b: { type: 'string' } } };
+  t.deepEqual(
+    failures(schema, { a: 'x', b: 1, c: true }).map((f) => f.pointer).sort(),
+    ['/a', '/b', '/c'],
+  );
 });
