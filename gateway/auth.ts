@@ -21,6 +21,8 @@ export interface Principal {
 }
 
 const CACHE_LIMIT = 10_000;
+/** Bytes of refused headers kept (Authenticator.refusal): a header counts two bytes a character. */
+const REFUSED_BUDGET_BYTES = 4 * 1024 * 1024;
 const RECENT_SLOTS = 16;
 
 interface Verified {
@@ -68,6 +70,12 @@ export class Authenticator {
   // uWS handed over (about 0.25 µs for a typical token, 3% of a GET). A client sends the same
   // header on every call, so most requests hit here.
   private readonly recent: Verified[] = [];
+  // Headers refused for good, with their answer: expired, badly signed, malformed, or carrying a
+  // claim that can never be valid. A client retrying with a dead token, or a flood of one, costs
+  // a lookup where each verification cost about five GETs (jose's HMAC goes through WebCrypto).
+  // A refusal that may not hold later (a `nbf` still ahead) is not kept. Bounded in bytes, since
+  // anyone can send new garbage; safe to lose.
+  private readonly refused = new BoundedMap<string, ApiError>(REFUSED_BUDGET_BYTES);
 
   constructor(secret: string) {
     this.key = new TextEncoder().encode(secret);
@@ -85,6 +93,11 @@ export class Authenticator {
     return hit.principal;
   }
 
+  /** The 401 this exact header was refused with before, when that refusal holds for good. */
+  refusal(header: string | undefined): ApiError | undefined {
+    return header === undefined ? undefined : this.refused.get(header);
+  }
+
   /** The caller, or undefined when no Authorization header was sent. Throws 401 for a bad one. */
   async authenticate(header: string | undefined): Promise<Principal | undefined> {
     if (header === undefined) return undefined;
@@ -96,21 +109,25 @@ export class Authenticator {
       if (hit.expMs > Date.now()) return hit.principal;
       this.cache.delete(header);
     }
+    const refused = this.refused.get(header);
+    if (refused) throw refused;
     let payload: Record<string, unknown>;
     try {
       ({ payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'] }));
     } catch (err) {
-      if (err instanceof joseErrors.JWTExpired) throw unauthenticated('The token has expired.', 'invalid_token');
-      throw unauthenticated('The token is malformed or its signature is invalid.', 'invalid_token');
+      if (err instanceof joseErrors.JWTExpired) throw this.refuse(header, unauthenticated('The token has expired.', 'invalid_token'));
+      const problem = unauthenticated('The token is malformed or its signature is invalid.', 'invalid_token');
+      // A claim check (`nbf` still ahead) may pass later; everything else jose refuses never will.
+      throw err instanceof joseErrors.JWTClaimValidationFailed || !(err instanceof joseErrors.JOSEError) ? problem : this.refuse(header, problem);
     }
     const { sub, tenant, scope, exp } = payload;
     if (!isName(sub)) {
-      throw unauthenticated('The token has no valid sub claim.', 'invalid_token');
+      throw this.refuse(header, unauthenticated('The token has no valid sub claim.', 'invalid_token'));
     }
     if (tenant !== undefined && !isName(tenant)) {
-      throw unauthenticated('The token has an invalid tenant claim.', 'invalid_token');
+      throw this.refuse(header, unauthenticated('The token has an invalid tenant claim.', 'invalid_token'));
     }
-    if (scope !== undefined && typeof scope !== 'string') throw unauthenticated('The token has an invalid scope claim.', 'invalid_token');
+    if (scope !== undefined && typeof scope !== 'string') throw this.refuse(header, unauthenticated('The token has an invalid scope claim.', 'invalid_token'));
     const tenantOrSub = (tenant as string | undefined) ?? sub;
     const principal: Principal = {
       sub,
@@ -123,6 +140,12 @@ export class Authenticator {
     const expMs = typeof exp === 'number' ? exp * 1000 : Date.now() + 3_600_000;
     this.cache.set(header, { header, principal, expMs });
     return principal;
+  }
+
+  /** Keeps `problem` as the answer to `header` for good, and returns it. */
+  private refuse(header: string, problem: ApiError): ApiError {
+    this.refused.set(header, problem, header.length * 2 + 200);
+    return problem;
   }
 
   /** 401 when the route needs a caller and there is none; 403 when the scope is missing. */

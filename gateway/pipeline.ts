@@ -93,6 +93,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const auth = req.headers.authorization;
     const principal = deps.auth.cached(auth);
     if (principal !== undefined || auth === undefined) return serve(req, principal, undefined);
+    // A header refused for good before is refused again at once, without a verification.
+    const refusal = deps.auth.refusal(auth);
+    if (refusal !== undefined) return serve(req, undefined, refusal);
     return deps.auth.authenticate(auth).then(
       (verified) => serve(req, verified, undefined),
       (err: unknown) => serve(req, undefined, err),

@@ -2,6 +2,8 @@
 // must answer its own principal only, and never once its token has expired.
 
 import test from 'ava';
+import { SignJWT } from 'jose';
+import { ApiError } from '../common/errors.js';
 import { Authenticator, recentSlot } from '../gateway/auth.js';
 import { token } from './helpers/edge-kit.js';
 
@@ -50,4 +52,49 @@ test.serial('a cached header stops answering once its token expires', async (t) 
     Date.now = realNow;
   }
   t.is(auth.cached(header)?.sub, 'carol');
+});
+
+/** A token with the claims given as they are, signed with `secret`. */
+function signed(claims: Record<string, unknown>, secret = SECRET): Promise<string> {
+  return new SignJWT(claims).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).sign(new TextEncoder().encode(secret));
+}
+
+async function refusedWith(auth: Authenticator, header: string): Promise<ApiError> {
+  const err = await auth.authenticate(header).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  if (!(err instanceof ApiError)) throw new Error(`${header} was not refused with a problem: ${String(err)}`);
+  return err;
+}
+
+test('a token refused for good is refused again from the first answer, without a verification', async (t) => {
+  const auth = new Authenticator(SECRET);
+  const past = Math.floor(Date.now() / 1000) - 60;
+  const cases: [string, string, RegExp][] = [
+    ['expired', `Bearer ${await signed({ sub: 'dave', exp: past })}`, /expired/],
+    ['badly signed', `Bearer ${await signed({ sub: 'dave' }, 'another-secret-0123456789abcdef0123')}`, /signature is invalid/],
+    ['malformed', 'Bearer abc.def.ghi', /malformed/],
+    ['without sub', `Bearer ${await signed({ scope: 'orders:read' })}`, /no valid sub/],
+    ['with a bad tenant', `Bearer ${await signed({ sub: 'dave', tenant: 'a\u0000b' })}`, /invalid tenant/],
+  ];
+  for (const [what, header, detail] of cases) {
+    t.is(auth.refusal(header), undefined, what);
+    const first = await refusedWith(auth, header);
+    t.is(first.status, 401, what);
+    t.regex(first.detail, detail, what);
+    t.is(auth.refusal(header), first, `${what}: kept`);
+    t.is(await refusedWith(auth, header), first, `${what}: the same answer`);
+    t.is(auth.cached(header), undefined, what);
+  }
+});
+
+test('a token not valid yet (nbf ahead) is refused, not kept refused, and accepted once valid', async (t) => {
+  const auth = new Authenticator(SECRET);
+  const nbf = Math.floor(Date.now() / 1000) + 1;
+  const header = `Bearer ${await signed({ sub: 'erin', nbf })}`;
+  t.is((await refusedWith(auth, header)).status, 401);
+  t.is(auth.refusal(header), undefined);
+  await new Promise((resolve) => setTimeout(resolve, nbf * 1000 + 50 - Date.now()));
+  t.is((await auth.authenticate(header))?.sub, 'erin');
 });

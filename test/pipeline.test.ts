@@ -430,6 +430,19 @@ test('a GET of an order by a token verified before, and a replay the gateway kee
   t.false(badFields instanceof Promise);
   t.is((badFields as Awaited<typeof badFields>).status, 400);
 
+  // A token refused for good is verified once; its next request is refused at once.
+  const forged = bearer(await token('another-secret-0123456789abcdef0123', ALL_SCOPES, { tenant }));
+  const forgedGet = (): ReturnType<Gateway['answer']> => gateway.answer(toRequest({ method: 'GET', path, headers: forged }));
+  const firstRefusal = forgedGet();
+  t.true(firstRefusal instanceof Promise);
+  t.is(answerOf(await firstRefusal).status, 401);
+  const nextRefusal = forgedGet();
+  t.false(nextRefusal instanceof Promise, 'a header refused for good before is refused at once');
+  const refused = answerOf(nextRefusal as Awaited<typeof nextRefusal>);
+  t.is(refused.status, 401);
+  t.regex(refused.headers['www-authenticate'] ?? '', /error="invalid_token"/);
+  t.truthy(refused.headers.ratelimit, 'charged like any other answer');
+
   // Products live with their own owners: expanding them waits, and still answers.
   const expanded = get({}, 'expand=items.product');
   t.true(expanded instanceof Promise);
