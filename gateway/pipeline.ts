@@ -67,7 +67,7 @@ export interface Gateway {
    * server listens, so compiling them does not hold back the first answer.
    */
   warm(): Promise<void>;
-  /** Stops the rate limiter's sweep and the validators' warm-up. */
+  /** Stops the rate limiters' sweeps and the validators' warm-up. */
   close(): void;
 }
 
@@ -82,6 +82,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
   };
   const replays = new ReplayCache();
   const limiter = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
+  // Verifications per address. A token not seen before costs one (an HMAC through WebCrypto,
+  // about five GETs of CPU), and whether it was worth it is known only after: charged to the
+  // caller's bucket alone, a flood of new or forged tokens from one address was verified at full
+  // speed (3.3k a second took the whole CPU) whatever the limit. Each address has the caller's
+  // budget of verifications, apart from its calls, so anonymous calls from an address never stop
+  // its users' new tokens from being verified.
+  const verifications = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
 
   /**
    * The answer, at once when everything it needs is at hand: a caller whose token was verified
@@ -96,6 +103,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
     // A header refused for good before is refused again at once, without a verification.
     const refusal = deps.auth.refusal(auth);
     if (refusal !== undefined) return serve(req, undefined, refusal);
+    try {
+      verifications.charge(callerKey(undefined, req.remoteAddress));
+    } catch (limited) {
+      // Its own RateLimit fields: the budget spent is the address's verifications.
+      return refuse(req, limited, false);
+    }
     return deps.auth.authenticate(auth).then(
       (verified) => serve(req, verified, undefined),
       (err: unknown) => serve(req, undefined, err),
@@ -263,20 +276,22 @@ export function createGateway(deps: GatewayDeps): Gateway {
     return withQuota(withLifecycle(res, p.life), limiter, p.quota);
   }
 
-  function refuse(req: GatewayRequest, err: unknown): GatewayResponse {
+  /** `charged`: whether the caller is charged for this answer (not when `err` is a 429 of its own). */
+  function refuse(req: GatewayRequest, err: unknown, charged = true): GatewayResponse {
     const traceId = traceIdOf(req.headers.traceparent);
     // Only a token verified before counts here: verifying one is asynchronous, and this answer
     // must not wait. An unknown token is charged to the address, like a bad one.
     let quota: string | undefined;
     let problem = err;
-    const principal = deps.auth.cached(req.headers.authorization);
     const match = router.match(req.method, req.path);
     // Headers only: a request refused at the edge is not a call the route served.
     const life = match.kind === 'found' && deps.lifecycle ? deps.lifecycle.check(match.route, match.params) : undefined;
-    try {
-      quota = limiter.charge(callerKey(principal, req.remoteAddress));
-    } catch (limited) {
-      problem = limited;
+    if (charged) {
+      try {
+        quota = limiter.charge(callerKey(deps.auth.cached(req.headers.authorization), req.remoteAddress));
+      } catch (limited) {
+        problem = limited;
+      }
     }
     return withQuota(withLifecycle(problemResponse(problem, traceId, deps.log), life), limiter, quota);
   }
@@ -287,6 +302,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const close = (): void => {
     warming?.stop();
     limiter.close();
+    verifications.close();
   };
   return { answer, handle, refuse, needsAddress, routes: deps.routes, warm, close };
 }

@@ -327,6 +327,35 @@ test('a flood of bad tokens gets 401s, then 429s, each with the fields', async (
   for (const r of replies) remaining(t, r);
 });
 
+test('new tokens from one address are verified within its budget: forged ones then get 429, as does a new valid one, until a token is back', async (t) => {
+  const call = client(t, '127.0.0.12');
+  const known = await caller(t, 'verified-elsewhere');
+  t.is((await client(t, '127.0.0.13')('/v1/orders', { headers: bearer(known) })).status, 200);
+  // Each forged token is new: each needs a verification, and fails it.
+  const [head, payload] = known.split('.');
+  let n = 0;
+  const forged = (): string => `${head}.${payload}.${String(++n).padStart(43, 'A')}`;
+  const { replies } = await drain(() => call('/v1/orders', { headers: bearer(forged()) }));
+  t.deepEqual(
+    replies.slice(0, BURST).map((r) => r.status),
+    Array(BURST).fill(401),
+  );
+  const refused = replies.at(-1)!;
+  t.is(refused.status, 429);
+  assertProblem(t, { status: refused.status, headers: refused.headers, text: refused.text }, 429, 'rate-limited');
+  t.is(refused.headers['retry-after'], '1');
+  t.regex(refused.headers.ratelimit ?? '', /^"default";r=0;t=1$/);
+  const drainedAt = Date.now();
+  const fresh = await call('/v1/orders', { headers: bearer(await caller(t, 'new-on-a-busy-address')) });
+  // A second is a token back: on a machine slow enough to take that long, the new token passes.
+  if (Date.now() - drainedAt < 900) t.is(fresh.status, 429, 'a new valid token waits for the budget too');
+  // A token verified before needs no verification: this address's calls are not spent.
+  const again = await call('/v1/orders', { headers: bearer(known) });
+  t.is(again.status, 200);
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+  t.is((await call('/v1/orders', { headers: bearer(await caller(t, 'new-after-the-wait')) })).status, 200);
+});
+
 test('the OpenAPI document gives every operation a 429 and the RateLimit headers', async (t) => {
   const call = client(t, '127.0.0.10');
   const doc = JSON.parse((await call('/v1/openapi.json')).text) as {
