@@ -83,8 +83,12 @@ export class ApiError extends Error {
   ) {
     const limit = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
-    super(detail);
-    Error.stackTraceLimit = limit;
+    try {
+      super(detail);
+    } finally {
+      // Even when super() throws (a stack overflow): every error after keeps its stack.
+      Error.stackTraceLimit = limit;
+    }
     this.status = PROBLEMS[slug].status;
   }
 }

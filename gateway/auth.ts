@@ -1,6 +1,6 @@
-// Bearer JWT (HS256) checked on every request with nothing kept between requests but a cache
-// of verified tokens, safe to lose (CONTRACT §3, ARCHITECTURE "Hot paths"). Errors follow
-// RFC 6750 §3: 401 with WWW-Authenticate, 403 for a missing scope.
+// Bearer JWT (HS256) checked on every request with nothing kept between requests but caches of
+// verified tokens and of tokens refused for good, both safe to lose (CONTRACT §3, ARCHITECTURE
+// "Hot paths"). Errors follow RFC 6750 §3: 401 with WWW-Authenticate, 403 for a missing scope.
 
 import { jwtVerify, SignJWT, errors as joseErrors } from 'jose';
 import { ApiError } from '../common/errors.js';
@@ -45,6 +45,7 @@ const CONTROL = /[\u0000-\u001f\u007f]/;
 // With the u flag a pair is one code point, so only a surrogate standing alone matches.
 const LONE_SURROGATE = /\p{Cs}/u;
 const CHALLENGE = 'Bearer realm="api"';
+const BEARER = /^Bearer +([A-Za-z0-9\-_.~+/]+=*) *$/i;
 
 /**
  * A tenant or principal name: 1-255 characters, no control character, and well-formed UTF-16.
@@ -76,6 +77,8 @@ export class Authenticator {
   // A refusal that may not hold later (a `nbf` still ahead) is not kept. Bounded in bytes, since
   // anyone can send new garbage; safe to lose.
   private readonly refused = new BoundedMap<string, ApiError>(REFUSED_BUDGET_BYTES);
+  // Verifications under way, by header.
+  private readonly verifying = new Map<string, Promise<Principal | undefined>>();
 
   constructor(secret: string) {
     this.key = new TextEncoder().encode(secret);
@@ -99,10 +102,35 @@ export class Authenticator {
   }
 
   /** The caller, or undefined when no Authorization header was sent. Throws 401 for a bad one. */
-  async authenticate(header: string | undefined): Promise<Principal | undefined> {
-    if (header === undefined) return undefined;
-    const m = /^Bearer +([A-Za-z0-9\-_.~+/]+=*) *$/i.exec(header);
-    if (!m) throw unauthenticated('The Authorization header must use the Bearer scheme.', 'invalid_request');
+  /**
+   * Whether answering `header` would verify a token now: a Bearer token neither verified nor
+   * refused before, and not being verified already (a request that comes while it is waits for
+   * that verification). What the gateway charges to the address's budget of verifications.
+   */
+  needsVerification(header: string): boolean {
+    if (this.verifying.has(header) || this.refused.get(header) !== undefined || !BEARER.test(header)) return false;
+    const hit = this.cache.get(header);
+    return hit === undefined || hit.expMs <= Date.now();
+  }
+
+  authenticate(header: string | undefined): Promise<Principal | undefined> {
+    if (header === undefined) return Promise.resolve(undefined);
+    // One verification for every request that brings the same header while it runs.
+    let pending = this.verifying.get(header);
+    if (pending === undefined) {
+      pending = this.verify(header);
+      this.verifying.set(header, pending);
+      const done = (): void => {
+        this.verifying.delete(header);
+      };
+      pending.then(done, done);
+    }
+    return pending;
+  }
+
+  private async verify(header: string): Promise<Principal | undefined> {
+    const m = BEARER.exec(header);
+    if (!m) throw this.refuse(header, unauthenticated('The Authorization header must use the Bearer scheme.', 'invalid_request'));
     const token = m[1]!;
     const hit = this.cache.get(header);
     if (hit) {

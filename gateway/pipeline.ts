@@ -87,8 +87,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
   // caller's bucket alone, a flood of new or forged tokens from one address was verified at full
   // speed (3.3k a second took the whole CPU) whatever the limit. Each address has the caller's
   // budget of verifications, apart from its calls, so anonymous calls from an address never stop
-  // its users' new tokens from being verified.
-  const verifications = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst });
+  // its users' new tokens from being verified. Its answers name it: policy "verify".
+  const verifications = new RateLimiter({ perSecond: deps.config.rateLimitPerSecond, burst: deps.config.rateLimitBurst, name: 'verify' });
 
   /**
    * The answer, at once when everything it needs is at hand: a caller whose token was verified
@@ -103,11 +103,15 @@ export function createGateway(deps: GatewayDeps): Gateway {
     // A header refused for good before is refused again at once, without a verification.
     const refusal = deps.auth.refusal(auth);
     if (refusal !== undefined) return serve(req, undefined, refusal);
-    try {
-      verifications.charge(callerKey(undefined, req.remoteAddress));
-    } catch (limited) {
-      // Its own RateLimit fields: the budget spent is the address's verifications.
-      return refuse(req, limited, false);
+    // Charged only for a verification that will run: not for a header refused without one (not
+    // Bearer), nor for one whose verification is already under way.
+    if (deps.auth.needsVerification(auth)) {
+      try {
+        verifications.charge(callerKey(undefined, req.remoteAddress));
+      } catch (limited) {
+        // Its own RateLimit fields: the budget spent is the address's verifications.
+        return refuse(req, limited, false);
+      }
     }
     return deps.auth.authenticate(auth).then(
       (verified) => serve(req, verified, undefined),

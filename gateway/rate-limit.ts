@@ -24,6 +24,8 @@ export interface RateLimitOptions {
   maxBuckets?: number;
   /** How often buckets that are full again are dropped. */
   sweepMs?: number;
+  /** The policy's name in both fields (a structured-field token or string's content): "default" when not given. */
+  name?: string;
   /** Milliseconds on a monotonic clock; tests inject their own. */
   now?: () => number;
 }
@@ -41,6 +43,8 @@ interface Bucket {
 export class RateLimiter {
   /** The RateLimit-Policy field value: the same on every answer (draft §3), built once. */
   readonly policy: string;
+  /** The policy's name as both fields write it, quoted. */
+  private readonly tag: string;
   private readonly perSecond: number;
   private readonly burst: number;
   private readonly now: () => number;
@@ -56,7 +60,8 @@ export class RateLimiter {
     this.now = opts.now ?? (() => performance.now());
     // w must be a whole number of seconds, at least 1 (draft §3.1.3); rounding up never
     // overstates the sustained rate q/w.
-    this.policy = `"default";q=${this.burst};w=${Math.max(1, Math.ceil(this.burst / this.perSecond))}`;
+    this.tag = `"${opts.name ?? 'default'}"`;
+    this.policy = `${this.tag};q=${this.burst};w=${Math.max(1, Math.ceil(this.burst / this.perSecond))}`;
     this.timer = setInterval(() => this.sweep(), opts.sweepMs ?? SWEEP_MS);
     // The sweep only frees memory: it must never keep the process alive.
     this.timer.unref();
@@ -87,13 +92,13 @@ export class RateLimiter {
     if (b.tokens < 1) {
       const retryAfter = this.secondsUntilNext(b.tokens);
       throw new ApiError('rate-limited', `Too many requests; retry in ${retryAfter} s.`, {
-        headers: { 'retry-after': String(retryAfter), 'ratelimit-policy': this.policy, ratelimit: `"default";r=0;t=${retryAfter}` },
+        headers: { 'retry-after': String(retryAfter), 'ratelimit-policy': this.policy, ratelimit: `${this.tag};r=0;t=${retryAfter}` },
       });
     }
     b.tokens -= 1;
     const remaining = Math.floor(b.tokens);
     const t = remaining === 0 ? this.secondsUntilNext(b.tokens) : Math.ceil((this.burst - b.tokens) / this.perSecond);
-    return `"default";r=${remaining};t=${t}`;
+    return `${this.tag};r=${remaining};t=${t}`;
   }
 
   /** Drops every bucket that is full again: forgetting it changes nothing for its caller. */

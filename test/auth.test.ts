@@ -98,3 +98,18 @@ test('a token not valid yet (nbf ahead) is refused, not kept refused, and accept
   await new Promise((resolve) => setTimeout(resolve, nbf * 1000 + 50 - Date.now()));
   t.is((await auth.authenticate(header))?.sub, 'erin');
 });
+
+test('requests bringing the same new header while it is verified share one verification', async (t) => {
+  const auth = new Authenticator(SECRET);
+  const header = `Bearer ${await token(SECRET, 'orders:read', { sub: 'frank' })}`;
+  t.true(auth.needsVerification(header));
+  const first = auth.authenticate(header);
+  t.false(auth.needsVerification(header), 'under way');
+  t.is(auth.authenticate(header), first);
+  t.is((await first)?.sub, 'frank');
+  t.false(auth.needsVerification(header), 'verified');
+  t.false(auth.needsVerification('Basic YTpi'), 'refused without a verification');
+  const forged = `Bearer ${await signed({ sub: 'frank' }, 'another-secret-0123456789abcdef0123')}`;
+  await refusedWith(auth, forged);
+  t.false(auth.needsVerification(forged), 'refused for good');
+});

@@ -26,3 +26,31 @@ test('a bug is still logged with its stack and answered 500 without it', (t) => 
   t.false(String(res.body).includes('deep'));
   t.true(lines.some((l) => l.includes('unhandled error') && l.includes('at deep')), lines.join('\n'));
 });
+
+test('an ApiError made where the stack is nearly full leaves stack capture as it was', (t) => {
+  const limit = Error.stackTraceLimit;
+  let made = 0;
+  let overflowed = 0;
+  // At some depth super() itself overflows; whatever depth that is, the limit comes back.
+  for (let pad = 0; pad < 200 && overflowed === 0; pad++) {
+    const deeper = (n: number): number => {
+      try {
+        return deeper(n + 1) + 1;
+      } catch (err) {
+        if (!(err instanceof RangeError)) throw err;
+        new ApiError('rate-limited', 'x');
+        made++;
+        return 0;
+      }
+    };
+    try {
+      deeper(pad);
+    } catch (err) {
+      if (!(err instanceof RangeError)) throw err;
+      overflowed++;
+    }
+    t.is(Error.stackTraceLimit, limit);
+  }
+  t.true(made + overflowed > 0);
+  t.true((new TypeError('a bug').stack ?? '').split('\n').length > 1);
+});

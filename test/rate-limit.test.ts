@@ -4,6 +4,7 @@
 // precision: the first `burst` requests of a fresh caller always pass (waiting only adds
 // tokens), and bounds allow for one token more per second elapsed.
 
+import { Buffer } from 'node:buffer';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import { Pool } from 'undici';
 import { ApiError } from '../common/errors.js';
@@ -344,7 +345,9 @@ test('new tokens from one address are verified within its budget: forged ones th
   t.is(refused.status, 429);
   assertProblem(t, { status: refused.status, headers: refused.headers, text: refused.text }, 429, 'rate-limited');
   t.is(refused.headers['retry-after'], '1');
-  t.regex(refused.headers.ratelimit ?? '', /^"default";r=0;t=1$/);
+  // Refused by the address's verifications, which its fields name.
+  t.is(refused.headers['ratelimit-policy'], `"verify";q=${BURST};w=${BURST}`);
+  t.regex(refused.headers.ratelimit ?? '', /^"verify";r=0;t=1$/);
   const drainedAt = Date.now();
   const fresh = await call('/v1/orders', { headers: bearer(await caller(t, 'new-on-a-busy-address')) });
   // A second is a token back: on a machine slow enough to take that long, the new token passes.
@@ -354,6 +357,18 @@ test('new tokens from one address are verified within its budget: forged ones th
   t.is(again.status, 200);
   await new Promise((resolve) => setTimeout(resolve, 1100));
   t.is((await call('/v1/orders', { headers: bearer(await caller(t, 'new-after-the-wait')) })).status, 200);
+});
+
+test('headers refused without a verification (not Bearer) spend none: a new valid token from that address is verified', async (t) => {
+  const call = client(t, '127.0.0.14');
+  const { replies } = await drain(() => call('/v1/orders', { headers: { authorization: `Basic ${Buffer.from('a:b').toString('base64')}` } }));
+  t.deepEqual(
+    replies.slice(0, BURST).map((r) => r.status),
+    Array(BURST).fill(401),
+  );
+  t.is(replies.at(-1)?.headers['ratelimit-policy'], POLICY, 'the 429 is the address bucket, not its verifications');
+  const fresh = await call('/v1/orders', { headers: bearer(await caller(t, 'after-basic-flood')) });
+  t.is(fresh.status, 200);
 });
 
 test('the OpenAPI document gives every operation a 429 and the RateLimit headers', async (t) => {
