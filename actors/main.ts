@@ -6,6 +6,7 @@
 import { hostname } from 'node:os';
 import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
+import { collectWhenIdle } from '../common/idle-gc.js';
 import { stopOnSignals } from '../common/shutdown.js';
 import { serveActorsOverNats } from '../common/nats-actor-server.js';
 import { parsePartitions, toRanges } from '../common/partitions.js';
@@ -47,7 +48,9 @@ async function main(): Promise<void> {
   }
   process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}${operator ? ` (operator plane on ${config.adminGrpcHost}:${operator.port})` : ''}\n`);
 
+  const idle = collectWhenIdle();
   stopOnSignals(async () => {
+    idle.stop();
     await operator?.close();
     await server.close();
     await host.close();

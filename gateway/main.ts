@@ -3,6 +3,7 @@
 
 import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
+import { collectWhenIdle } from '../common/idle-gc.js';
 import { stopOnSignals } from '../common/shutdown.js';
 import { startService } from './app.js';
 import { LifecycleError } from './lifecycle.js';
@@ -28,7 +29,11 @@ async function main(): Promise<void> {
         `then: curl -H "Authorization: Bearer $TOKEN" ${service.url}/v1/orders\n`,
     );
   }
-  stopOnSignals(() => service.close(), log);
+  const idle = collectWhenIdle();
+  stopOnSignals(async () => {
+    idle.stop();
+    await service.close();
+  }, log);
 }
 
 main().catch((err: unknown) => {
