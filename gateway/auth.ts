@@ -23,6 +23,17 @@ export interface Principal {
 const CACHE_LIMIT = 10_000;
 /** Bytes of refused headers kept (Authenticator.refusal): a header counts two bytes a character. */
 const REFUSED_BUDGET_BYTES = 4 * 1024 * 1024;
+/**
+ * How long a refusal is kept at most. Every kept refusal holds for good while the secret and the
+ * clock do; an hour bounds how long a token refused as expired by a clock that ran ahead (and was
+ * then set back) stays refused.
+ */
+const REFUSAL_KEPT_MS = 3_600_000;
+
+interface Refused {
+  problem: ApiError;
+  until: number;
+}
 const RECENT_SLOTS = 16;
 
 interface Verified {
@@ -76,7 +87,7 @@ export class Authenticator {
   // a lookup where each verification cost about five GETs (jose's HMAC goes through WebCrypto).
   // A refusal that may not hold later (a `nbf` still ahead) is not kept. Bounded in bytes, since
   // anyone can send new garbage; safe to lose.
-  private readonly refused = new BoundedMap<string, ApiError>(REFUSED_BUDGET_BYTES);
+  private readonly refused = new BoundedMap<string, Refused>(REFUSED_BUDGET_BYTES);
   // Verifications under way, by header.
   private readonly verifying = new Map<string, Promise<Principal | undefined>>();
 
@@ -98,7 +109,7 @@ export class Authenticator {
 
   /** The 401 this exact header was refused with before, when that refusal holds for good. */
   refusal(header: string | undefined): ApiError | undefined {
-    return header === undefined ? undefined : this.refused.get(header);
+    return header === undefined ? undefined : this.keptRefusal(header);
   }
 
   /** The caller, or undefined when no Authorization header was sent. Throws 401 for a bad one. */
@@ -108,7 +119,7 @@ export class Authenticator {
    * that verification). What the gateway charges to the address's budget of verifications.
    */
   needsVerification(header: string): boolean {
-    if (this.verifying.has(header) || this.refused.get(header) !== undefined || !BEARER.test(header)) return false;
+    if (this.verifying.has(header) || this.keptRefusal(header) !== undefined || !BEARER.test(header)) return false;
     const hit = this.cache.get(header);
     return hit === undefined || hit.expMs <= Date.now();
   }
@@ -137,7 +148,7 @@ export class Authenticator {
       if (hit.expMs > Date.now()) return hit.principal;
       this.cache.delete(header);
     }
-    const refused = this.refused.get(header);
+    const refused = this.keptRefusal(header);
     if (refused) throw refused;
     let payload: Record<string, unknown>;
     try {
@@ -170,9 +181,18 @@ export class Authenticator {
     return principal;
   }
 
+  /** The kept refusal of `header`, unless it has outlived REFUSAL_KEPT_MS. */
+  private keptRefusal(header: string): ApiError | undefined {
+    const kept = this.refused.get(header);
+    if (kept === undefined) return undefined;
+    if (kept.until > Date.now()) return kept.problem;
+    this.refused.delete(header);
+    return undefined;
+  }
+
   /** Keeps `problem` as the answer to `header` for good, and returns it. */
   private refuse(header: string, problem: ApiError): ApiError {
-    this.refused.set(header, problem, header.length * 2 + 200);
+    this.refused.set(header, { problem, until: Date.now() + REFUSAL_KEPT_MS }, header.length * 2 + 200);
     return problem;
   }
 

@@ -113,3 +113,22 @@ test('requests bringing the same new header while it is verified share one verif
   await refusedWith(auth, forged);
   t.false(auth.needsVerification(forged), 'refused for good');
 });
+
+test.serial('a kept refusal is forgotten after an hour, so a refusal made under a clock that ran ahead does not last', async (t) => {
+  const auth = new Authenticator(SECRET);
+  const header = `Bearer ${await signed({ sub: 'gina' }, 'another-secret-0123456789abcdef0123')}`;
+  const first = await refusedWith(auth, header);
+  t.is(auth.refusal(header), first);
+  const realNow = Date.now;
+  try {
+    const later = realNow() + 59 * 60_000;
+    Date.now = () => later;
+    t.is(auth.refusal(header), first, 'kept within the hour');
+    const past = realNow() + 61 * 60_000;
+    Date.now = () => past;
+    t.is(auth.refusal(header), undefined);
+    t.true(auth.needsVerification(header), 'verified again');
+  } finally {
+    Date.now = realNow;
+  }
+});
