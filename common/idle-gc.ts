@@ -54,6 +54,9 @@ export function collectWhenIdle(opts: IdleCollectorOptions = {}): IdleCollector 
     collected = true;
     collections++;
     gc();
+    // The collection's own time is not the process being busy: measured from after it, or a
+    // collection longer than the idle share of an interval would set off the next one.
+    since = performance.eventLoopUtilization();
   }, opts.intervalMs ?? IDLE_GC_INTERVAL_MS);
   timer.unref();
   return {

@@ -45,6 +45,29 @@ test.serial('after a busy spell, one collection once the loop is idle, and none 
   }
 });
 
+test.serial('a collection that takes longer than the idle share of an interval does not set off another', async (t) => {
+  let calls = 0;
+  // Each collection spins for half an interval: five times the idle share.
+  const slowGc = (): void => {
+    calls++;
+    const until = Date.now() + INTERVAL / 2;
+    while (Date.now() < until) {
+      // spin
+    }
+  };
+  const collector = collectWhenIdle({ intervalMs: INTERVAL, idleUtilization: IDLE, gc: slowGc, heapBytes: () => 1e9, minHeapBytes: 1 });
+  try {
+    await busyFor(INTERVAL * 3);
+    await sleep(INTERVAL * 4);
+    const after = calls;
+    t.true(after >= 1);
+    await sleep(INTERVAL * 6);
+    t.is(calls, after, 'idle since its collection: no other');
+  } finally {
+    collector.stop();
+  }
+});
+
 test.serial('no collection while the heap is under the floor', async (t) => {
   let calls = 0;
   const collector = collectWhenIdle({ intervalMs: INTERVAL, idleUtilization: IDLE, gc: () => calls++, heapBytes: () => 10, minHeapBytes: 1000 });
