@@ -119,6 +119,15 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     config,
     log,
   });
+  // What was opened behind the server, closed in order: on a stop, and when the port is taken.
+  const closeBehind = async (): Promise<void> => {
+    lifecycleFile?.close();
+    gateway.close();
+    // Counts taken since the last flush reach the owner before the bus goes.
+    await usage.close();
+    await bus.close();
+    await host?.close();
+  };
   let server: HttpServer;
   try {
     server = await listen(gateway.answer, {
@@ -131,11 +140,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     });
   } catch (err) {
     // The port is taken: nothing was served, and what was opened for it is closed again.
-    lifecycleFile?.close();
-    gateway.close();
-    await usage.close();
-    await bus.close();
-    await host?.close();
+    await closeBehind();
     throw err;
   }
   void gateway.warm();
@@ -172,12 +177,7 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     async close() {
       await operator?.close();
       server.close();
-      lifecycleFile?.close();
-      gateway.close();
-      // Counts taken since the last flush reach the owner before the bus goes.
-      await usage.close();
-      await bus.close();
-      await host?.close();
+      await closeBehind();
     },
   };
 }

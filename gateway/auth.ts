@@ -29,12 +29,13 @@ const REFUSED_BUDGET_BYTES = 4 * 1024 * 1024;
  * then set back) stays refused.
  */
 const REFUSAL_KEPT_MS = 3_600_000;
+const RECENT_SLOTS = 16;
 
+/** A header's 401, kept until `until` (Authenticator.refusal). */
 interface Refused {
   problem: ApiError;
   until: number;
 }
-const RECENT_SLOTS = 16;
 
 interface Verified {
   /** The Authorization header verified, whole. */
@@ -112,7 +113,6 @@ export class Authenticator {
     return header === undefined ? undefined : this.keptRefusal(header);
   }
 
-  /** The caller, or undefined when no Authorization header was sent. Throws 401 for a bad one. */
   /**
    * Whether answering `header` would verify a token now: a Bearer token neither verified nor
    * refused before, and not being verified already (a request that comes while it is waits for
@@ -124,6 +124,7 @@ export class Authenticator {
     return hit === undefined || hit.expMs <= Date.now();
   }
 
+  /** The caller, or undefined when no Authorization header was sent. Throws 401 for a bad one. */
   authenticate(header: string | undefined): Promise<Principal | undefined> {
     if (header === undefined) return Promise.resolve(undefined);
     // One verification for every request that brings the same header while it runs.
