@@ -4,10 +4,12 @@
 // Benchmarks). Once the event loop has been idle for a whole interval and the heap is larger than
 // a floor, one full collection returns the rest; it runs again only after the loop has been busy
 // since. It needs the `gc` function that `--expose-gc` (npm start, the Procfile) provides, and
-// does nothing without it.
+// does nothing without it. After the collection, malloc_trim gives back what the C allocator
+// holds free: after seeding 1M orders, 20 of the 103 MB anonymous at rest.
 
 import { performance } from 'node:perf_hooks';
 import v8 from 'node:v8';
+import { libc } from './libc.js';
 
 export interface IdleCollectorOptions {
   /** How often the loop's utilization is looked at; idle means idle for a whole interval. */
@@ -20,6 +22,8 @@ export interface IdleCollectorOptions {
   gc?: () => void;
   /** The heap's size now; V8's total heap size when not given. */
   heapBytes?: () => number;
+  /** Run after each collection; malloc_trim(0) when not given (nothing where it cannot be called). */
+  trim?: () => void;
 }
 
 export const IDLE_GC_INTERVAL_MS = 10_000;
@@ -37,6 +41,7 @@ export function collectWhenIdle(opts: IdleCollectorOptions = {}): IdleCollector 
   const heapBytes = opts.heapBytes ?? (() => v8.getHeapStatistics().total_heap_size);
   const idle = opts.idleUtilization ?? IDLE_UTILIZATION;
   const floor = opts.minHeapBytes ?? IDLE_GC_MIN_HEAP_BYTES;
+  const trim = opts.trim ?? (() => libc()?.mallocTrim(0));
   let collections = 0;
   if (!gc) return { collections, stop: () => undefined };
   let since = performance.eventLoopUtilization();
@@ -54,6 +59,7 @@ export function collectWhenIdle(opts: IdleCollectorOptions = {}): IdleCollector 
     collected = true;
     collections++;
     gc();
+    trim();
     // The collection's own time is not the process being busy: measured from after it, or a
     // collection longer than the idle share of an interval would set off the next one.
     since = performance.eventLoopUtilization();

@@ -23,7 +23,8 @@ async function busyFor(ms: number): Promise<void> {
 
 test.serial('after a busy spell, one collection once the loop is idle, and none while it stays idle', async (t) => {
   let calls = 0;
-  const collector = collectWhenIdle({ intervalMs: INTERVAL, idleUtilization: IDLE, gc: () => calls++, heapBytes: () => 1e9, minHeapBytes: 1 });
+  let trims = 0;
+  const collector = collectWhenIdle({ intervalMs: INTERVAL, idleUtilization: IDLE, gc: () => calls++, trim: () => trims++, heapBytes: () => 1e9, minHeapBytes: 1 });
   try {
     // Whatever the test process did before (loading modules) may count as one busy spell.
     await sleep(INTERVAL * 4);
@@ -40,6 +41,7 @@ test.serial('after a busy spell, one collection once the loop is idle, and none 
     await sleep(INTERVAL * 4);
     t.is(calls, before + 2, 'busy again, then idle: collected again');
     t.is(collector.collections, before + 2);
+    t.is(trims, calls, 'the allocator is trimmed after each collection');
   } finally {
     collector.stop();
   }
