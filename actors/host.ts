@@ -79,13 +79,16 @@ export interface HostOptions {
   onStorageFatal?: (err: unknown) => void;
   /** How long events stay readable (EVENT_RETENTION_DAYS). */
   eventRetentionMs?: number;
+  /** STORAGE_MAPPED_MB in bytes: the LMDB file's pages kept mapped (storage/mapped-pages.ts); 0 or unset: no limit. */
+  mappedBudgetBytes?: number;
   /** Webhook delivery settings; without them events are kept but not dispatched. */
   webhooks?: DispatchOptions;
 }
 
 /** The host settings that come from the environment, alike for embedded mode and actor nodes. */
-export function hostSettings(config: Config): Pick<HostOptions, 'mailboxLimit' | 'idempotencyTtlMs' | 'operationRetentionMs' | 'refundProcessingMs'> {
+export function hostSettings(config: Config): Pick<HostOptions, 'mailboxLimit' | 'idempotencyTtlMs' | 'operationRetentionMs' | 'refundProcessingMs' | 'mappedBudgetBytes'> {
   return {
+    mappedBudgetBytes: config.storageMappedMb * 1024 * 1024,
     mailboxLimit: config.mailboxLimit,
     idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
     operationRetentionMs: config.operationRetentionHours * 3600_000,
@@ -199,6 +202,8 @@ export class ActorHost implements ActorEndpoint {
           opts.log.fatal({ err }, 'storage failed and cannot be trusted: exiting, to be started again on the data');
           exitNow(1, `storage failed and cannot be trusted: exiting, to be started again on the data: ${inspect(err)}`, opts.log);
         }),
+      mappedBudgetBytes: opts.mappedBudgetBytes,
+      report: (problem, err) => opts.log.warn({ err }, problem),
     });
     this.inflightLimit = opts.inflightLimit ?? 20_000;
     this.ttlMs = opts.idempotencyTtlMs ?? DAY_MS;

@@ -11,9 +11,11 @@
 // the same data. The Fastify peer holding the same orders in a Map is the comparison. Seeding
 // stops after BENCH_SEED_MAX_SECONDS; the count actually reached is what is reported.
 //
-// Unlimited, RSS counts every LMDB page the kernel maps, and on a hot page cache it maps whole
-// runs of them around each one read (fault-around), so it grows toward the file's size while
-// memory is free. On Linux 6.18 (this machine) a fault-around maps the whole page-cache folio,
+// RSS counts every LMDB page the kernel maps, and on a hot page cache it maps whole runs of them
+// around each one read (fault-around), so without a limit it grows toward the file's size while
+// memory is free; the service unmaps them past STORAGE_MAPPED_MB (storage/mapped-pages.ts, on by
+// default), and the service's settings come from the environment, so STORAGE_MAPPED_MB=0 here
+// shows it without. On Linux 6.18 (this machine) a fault-around maps the whole page-cache folio,
 // and ext4 caches what a process writes in large folios: one random 4 KiB read of a file this
 // machine had just written mapped about 1 MB. The last phase asks what the service needs:
 // restarted cold inside a memory cgroup of BENCH_MEMORY_LIMIT_MB (300), where anonymous memory

@@ -28,6 +28,8 @@ export interface Config {
   busTimeoutMs: number;
   /** Most commands one key's mailbox may hold before the actor host refuses with 503. */
   mailboxLimit: number;
+  /** Most MB of the LMDB file's pages mapped into an actor process before they are unmapped; 0: no limit. */
+  storageMappedMb: number;
   logLevel: string;
   /** Cluster mode: this actor node's stable name and the partitions it serves. */
   nodeId: string | undefined;
@@ -83,6 +85,7 @@ export function loadConfig(env: Env = process.env): Config {
     adminGrpcHost: env.ADMIN_GRPC_HOST || '127.0.0.1',
     busTimeoutMs: int(env, 'BUS_TIMEOUT_MS', 5000, 10, 120000),
     mailboxLimit: int(env, 'MAILBOX_LIMIT', 1000, 1, 1_000_000),
+    storageMappedMb: int(env, 'STORAGE_MAPPED_MB', 32, 0, 1_048_576),
     logLevel: env.LOG_LEVEL || 'info',
     nodeId: env.NODE_ID || undefined,
     actorPartitions: env.ACTOR_PARTITIONS || undefined,

@@ -12,6 +12,7 @@ import { inspect } from 'node:util';
 import { BoundedMap } from '../common/bounded-map.js';
 import { exitNow } from '../common/shutdown.js';
 import { deepFreeze } from '../common/freeze.js';
+import { MappedPages, NO_METER, type ReadMeter } from './mapped-pages.js';
 import { asBinary, open, type Binary, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
 export type IndexKey = (string | number)[];
@@ -149,6 +150,7 @@ export class Table<T> {
   constructor(
     readonly spec: TableSpec<T>,
     readonly db: Database<T, string>,
+    private readonly meter: ReadMeter = NO_METER,
   ) {}
 
   /**
@@ -168,6 +170,7 @@ export class Table<T> {
     if (this.changing.size !== 0 && this.changing.has(id)) return deepFreeze(this.db.get(id));
     const hit = this.cache.get(id);
     if (hit !== undefined) return hit;
+    this.meter.read();
     const record = this.db.get(id);
     if (record === undefined) return undefined;
     // lmdb-js leaves the size of the value it just read in `lastSize`.
@@ -179,6 +182,7 @@ export class Table<T> {
 
   /** The stored record, decoded by the table's codec when it has one (not cached tables only). */
   private read(id: string): T | undefined {
+    this.meter.read();
     const codec = this.spec.codec;
     if (!codec) return this.db.get(id);
     const bytes = this.db.getBinary(id);
@@ -253,6 +257,10 @@ export interface StoreOptions {
   onFatal?: (err: unknown) => void;
   /** How long commits may be in flight with none settling before LMDB is probed (STALL_PROBE_MS). */
   stallProbeMs?: number;
+  /** Most bytes of the file's pages kept mapped in the process (storage/mapped-pages.ts); 0 or unset: no limit. */
+  mappedBudgetBytes?: number;
+  /** Where a problem that changes nothing served is told (the mapped budget cannot be kept); by default stderr. */
+  report?: (problem: string, err?: unknown) => void;
 }
 
 /**
@@ -304,6 +312,8 @@ export class Store {
     private readonly root: RootDatabase,
     private readonly onFatal: (err: unknown) => void,
     private readonly stallProbeMs: number,
+    /** Keeps the file's pages mapped within STORAGE_MAPPED_MB, when there is a budget. */
+    readonly mapped: MappedPages | undefined,
   ) {
     this.index = root.openDB<number, Key>({ name: 'index' });
     this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
@@ -420,8 +430,9 @@ export class Store {
     mkdirSync(dir, { recursive: true });
     // asyncTransactionOrder and noReadAhead are lmdb-js options its typings leave out (open.js
     // reads both).
+    const file = join(dir, 'state.mdb');
     const options: RootDatabaseOptionsWithPath & { asyncTransactionOrder: 'strict'; noReadAhead: boolean } = {
-      path: join(dir, 'state.mdb'),
+      path: file,
       // Records share msgpack structures so repeated member names cost nothing on disk.
       sharedStructuresKey: Symbol.for('structures'),
       maxDbs: 32,
@@ -445,7 +456,9 @@ export class Store {
     };
     const root = open(options);
     letOrphanedCommitFailuresGo();
-    return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS);
+    const report = opts.report ?? ((problem: string, err?: unknown) => console.error(problem, err ?? ''));
+    const mapped = opts.mappedBudgetBytes ? new MappedPages({ file, budgetBytes: opts.mappedBudgetBytes, report }) : undefined;
+    return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS, mapped);
   }
 
   /**
@@ -500,7 +513,7 @@ export class Store {
     const existing = this.tables.get(spec.name);
     if (existing) return existing as Table<T>;
     const db = this.root.openDB<T, string>({ name: spec.name, sharedStructuresKey: Symbol.for('structures') });
-    const table = new Table(spec, db);
+    const table = new Table(spec, db, this.mapped ?? NO_METER);
     this.tables.set(spec.name, table as Table<unknown>);
     return table;
   }
@@ -667,6 +680,7 @@ export class Store {
       ? { start: edge ?? [...prefix, HIGH], end: prefix, reverse: true }
       : { start: edge ?? prefix, end: [...prefix, HIGH] };
     const out: { v: number | string; id: string }[] = [];
+    this.mapped?.read();
     for (const key of this.index.getKeys(range)) {
       const k = key as (string | number)[];
       const v = k[width];
@@ -684,6 +698,7 @@ export class Store {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.stallProbe);
+    this.mapped?.stop();
     await this.root.flushed;
     await this.root.close();
   }

@@ -22,6 +22,16 @@ test('IDEMPOTENCY_TTL_HOURS reaches the actor host as milliseconds, 24 hours by 
   }
 });
 
+test('STORAGE_MAPPED_MB reaches the actor host as bytes, 32 MB by default, 0 for no limit', (t) => {
+  t.is(hostSettings(loadConfig({})).mappedBudgetBytes, 32 * 1024 * 1024);
+  t.is(hostSettings(loadConfig({ STORAGE_MAPPED_MB: '0' })).mappedBudgetBytes, 0);
+  t.is(hostSettings(loadConfig({ STORAGE_MAPPED_MB: '256' })).mappedBudgetBytes, 256 * 1024 * 1024);
+  for (const value of ['-1', '1.5', 'lots']) {
+    const err = t.throws(() => loadConfig({ STORAGE_MAPPED_MB: value }), { instanceOf: ConfigError });
+    t.regex(err.message, /STORAGE_MAPPED_MB/, value);
+  }
+});
+
 test('a malformed or out-of-range value names its variable', (t) => {
   for (const [name, value] of [['REFUND_PROCESSING_MS', '-1'], ['REFUND_PROCESSING_MS', '600001'], ['OPERATION_RETENTION_HOURS', '0'], ['EVENT_RETENTION_DAYS', 'x'], ['WEBHOOK_RETRY_SCHEDULE', '5,x']] as const) {
     const err = t.throws(() => loadConfig({ [name]: value }), { instanceOf: ConfigError });
