@@ -10,8 +10,9 @@
 // MappedPages keeps that part within a budget: when the file-backed pages resident in the process
 // have grown past it, it takes the data file's pages out of the mapping (madvise MADV_DONTNEED).
 // They stay in the page cache; the next read of one maps it again with a minor fault. Nothing a
-// reader sees changes, since the mapping is of the file itself and lmdb-js keeps no pointer into
-// it across calls. Where madvise cannot be called (common/libc.ts), the budget is not kept, and
+// reader sees changes: the mapping is shared and read-only (no MDB_WRITEMAP), so it shows the
+// file, and a touched page faults back in from it. lmdb-js copies most values out of the map; a
+// value of 16 MB or more it hands back as a view into the map, which stays valid the same way. Where madvise cannot be called (common/libc.ts), the budget is not kept, and
 // that is said once. The price is a minor fault for each page read again after a trim: when reads
 // spread evenly over a file far larger than the budget, a fifth or so of the random-read rate
 // (README, Benchmarks). STORAGE_MAPPED_MB=0 turns it off.
@@ -21,7 +22,7 @@
 
 import { Buffer } from 'node:buffer';
 import { closeSync, openSync, readFileSync, readSync, realpathSync, statSync } from 'node:fs';
-import { libc, libcFailure, MADV_DONTNEED } from '../common/libc.js';
+import { isTransient, libc, libcFailure, MADV_DONTNEED } from '../common/libc.js';
 
 /** What a table tells of each read that reaches LMDB. */
 export interface ReadMeter {
@@ -45,7 +46,10 @@ export interface MappedPagesOptions {
   file: string;
   /** Most bytes of file-backed pages the process may have grown since the last trim. */
   budgetBytes: number;
-  /** Told once, when the budget cannot be kept here (not Linux, no FFI, the mapping not found). */
+  /**
+   * Told once when the budget cannot be kept here (no FFI, the mapping not found), and once when
+   * a look is first skipped for want of descriptors or memory.
+   */
   report: (problem: string, err?: unknown) => void;
 }
 
@@ -57,9 +61,10 @@ export class MappedPages implements ReadMeter {
   private readonly statm: Statm | undefined;
   private reads = 0;
   private off = false;
-  /** Trims made, and kB of resident file pages they took out. */
+  /** Trims made, and kB of resident file pages they took out; looks skipped (see check). */
   trims = 0;
   trimmedKb = 0;
+  skipped = 0;
 
   constructor(private readonly opts: MappedPagesOptions) {
     this.budgetKb = Math.ceil(opts.budgetBytes / 1024);
@@ -80,39 +85,61 @@ export class MappedPages implements ReadMeter {
     }
   }
 
-  /** Trims when the file pages resident have grown past the budget; whether it did. */
+  /**
+   * Trims when the file pages resident have grown past the budget; whether it did. Never throws:
+   * it runs inside reads, and a throw would fail the read. A look that finds no descriptor or no
+   * memory left (a connection flood) is skipped, and the next one tries again; any other failure
+   * turns the budget off.
+   */
   check(): boolean {
-    if (this.off || !this.statm) return false;
-    if (this.statm.fileKb() - this.baseKb <= this.budgetKb) return false;
-    return this.trim();
+    return this.guarded(() => {
+      if (this.statm!.fileKb() - this.baseKb <= this.budgetKb) return false;
+      return this.trimNow();
+    });
   }
 
-  /** Takes the data file's pages out of the mapping; whether it did. */
+  /** Takes the data file's pages out of the mapping now; whether it did. Never throws (see check). */
   trim(): boolean {
+    return this.guarded(() => this.trimNow());
+  }
+
+  /** Stops looking; reads after it (a store closing) are not looked at. */
+  stop(): void {
+    this.off = true;
+    clearInterval(this.timer);
+    this.statm?.close();
+  }
+
+  private guarded(look: () => boolean): boolean {
     if (this.off || !this.statm) return false;
+    try {
+      return look();
+    } catch (err) {
+      if (!isTransient(err)) return this.disable('it failed', err);
+      if (this.skipped++ === 0) this.opts.report('RSS of the mapped data file was not looked at: no descriptor or memory left (tried again at the next look)', err);
+      return false;
+    }
+  }
+
+  private trimNow(): boolean {
+    const statm = this.statm!;
     const calls = libc();
-    if (!calls) return this.disable('madvise cannot be called here', libcFailure());
+    if (!calls) return libcFailure() === undefined ? false : this.disable('madvise cannot be called here', libcFailure());
     const ranges = mappedRanges(this.opts.file);
     if (ranges.length === 0) return this.disable('the data file is not mapped into this process');
-    const before = this.statm.fileKb();
+    const before = statm.fileKb();
     for (const { start, length } of ranges) {
-      if (calls.madvise(start, length, MADV_DONTNEED) !== 0) return this.disable('madvise failed');
+      if (calls.madvise(start, length, MADV_DONTNEED) !== 0) return this.disable(`madvise failed (errno ${calls.errno()})`);
     }
-    const after = this.statm.fileKb();
+    const after = statm.fileKb();
     this.trims++;
     this.trimmedKb += Math.max(0, before - after);
     this.baseKb = after;
     return true;
   }
 
-  stop(): void {
-    clearInterval(this.timer);
-    this.statm?.close();
-  }
-
   private disable(why: string, err?: unknown): false {
     if (this.off) return false;
-    this.off = true;
     this.stop();
     this.opts.report(`RSS of the mapped data file is no longer kept within STORAGE_MAPPED_MB: ${why}`, err);
     return false;
@@ -131,11 +158,16 @@ class Statm {
   private closed = false;
 
   constructor() {
-    const vmRss = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'latin1'))?.[1]);
-    const resident = this.field(1);
-    // A power of two, whatever moved between the two reads.
-    this.pageKb = 2 ** Math.round(Math.log2(vmRss / resident));
-    if (!Number.isFinite(this.pageKb) || this.pageKb < 1) throw new Error(`cannot tell the page size (VmRSS ${vmRss} kB, ${resident} pages)`);
+    try {
+      const vmRss = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'latin1'))?.[1]);
+      const resident = this.field(1);
+      // A power of two, whatever moved between the two reads.
+      this.pageKb = 2 ** Math.round(Math.log2(vmRss / resident));
+      if (!Number.isFinite(this.pageKb) || this.pageKb < 1) throw new Error(`cannot tell the page size (VmRSS ${vmRss} kB, ${resident} pages)`);
+    } catch (err) {
+      this.close();
+      throw err;
+    }
   }
 
   /** Resident file-backed (and shared memory) kB: statm's third field. */
@@ -151,7 +183,9 @@ class Statm {
 
   private field(i: number): number {
     const n = readSync(this.fd, this.buf, 0, this.buf.length, 0);
-    return Number(this.buf.toString('latin1', 0, n).split(' ')[i]);
+    const value = Number(this.buf.toString('latin1', 0, n).split(' ')[i]);
+    if (!Number.isFinite(value)) throw new Error(`/proc/self/statm gave '${this.buf.toString('latin1', 0, n)}'`);
+    return value;
   }
 }
 

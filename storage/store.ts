@@ -457,7 +457,8 @@ export class Store {
     const root = open(options);
     letOrphanedCommitFailuresGo();
     const report = opts.report ?? ((problem: string, err?: unknown) => console.error(problem, err ?? ''));
-    const mapped = opts.mappedBudgetBytes ? new MappedPages({ file, budgetBytes: opts.mappedBudgetBytes, report }) : undefined;
+    // Linux only: /proc and madvise (README, Limits and overload).
+    const mapped = opts.mappedBudgetBytes && process.platform === 'linux' ? new MappedPages({ file, budgetBytes: opts.mappedBudgetBytes, report }) : undefined;
     return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS, mapped);
   }
 

@@ -2,13 +2,15 @@
 // budget takes them out again, and every record reads back the same afterwards. Serial: the
 // budget is kept on the process's resident file pages, which every store in it adds to.
 
+import { Buffer } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
 import { readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import test from 'ava';
 import { MappedPages, mappedRanges } from '../storage/mapped-pages.js';
 import { Store, type TableSpec } from '../storage/store.js';
-import { removeDir, tempDir } from './helpers/edge-kit.js';
+import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
 
 interface Blob {
   id: string;
@@ -52,9 +54,13 @@ async function filled(t: { teardown(fn: () => Promise<void>): void }, mappedBudg
     }
     await store.commit(writes);
   }
-  const readAll = (): number => {
+  const readAll = (each?: (i: number) => void): number => {
     let same = 0;
-    for (const [id, data] of written) if (blobs.get(id)?.data === data) same++;
+    let i = 0;
+    for (const [id, data] of written) {
+      if (blobs.get(id)?.data === data) same++;
+      each?.(i++);
+    }
     return same;
   };
   return { store, file: join(dir, 'state.mdb'), readAll, reports, written };
@@ -91,10 +97,40 @@ test.serial('over the budget, a check takes the file out of the mapping, and eve
 
 test.serial('reads keep the budget as they go', async (t) => {
   const { store, file, readAll } = await filled(t, 4 * MB);
-  t.is(readAll(), COUNT);
-  // Looked at every few reads: at most a few reads' pages over.
-  t.true(mappedKb(file) <= 5 * 1024, `${mappedKb(file)} kB mapped`);
+  // Looked at every few reads: never more than a few reads' pages over, all the way through.
+  let most = 0;
+  t.is(
+    readAll((i) => {
+      if (i % 50 === 0) most = Math.max(most, mappedKb(file));
+    }),
+    COUNT,
+  );
+  t.true(most <= 6 * 1024, `${most} kB mapped at most`);
+  t.true(mappedKb(file) <= 6 * 1024, `${mappedKb(file)} kB mapped`);
   t.true(store.mapped!.trims >= 3);
+});
+
+test.serial('anonymous memory that grows sets off no trim', async (t) => {
+  const { store } = await filled(t, 4 * MB);
+  const mapped = store.mapped!;
+  mapped.trim();
+  const trims = mapped.trims;
+  // 64 MB written to, so resident: anonymous, not file-backed.
+  const held = Array.from({ length: 64 }, () => Buffer.alloc(MB, 1));
+  t.false(mapped.check());
+  t.is(mapped.trims, trims);
+  t.is(held.length, 64);
+});
+
+test.serial('once stopped, reads go on and are not looked at', async (t) => {
+  const { store, file, readAll, reports } = await filled(t, 4 * MB);
+  store.mapped!.stop();
+  const trims = store.mapped!.trims;
+  t.is(readAll(), COUNT);
+  t.is(store.mapped!.trims, trims);
+  t.false(store.mapped!.check());
+  t.true(mappedKb(file) > 20 * 1024);
+  t.deepEqual(reports, []);
 });
 
 test.serial('pages mapped by reads it is not told of are trimmed by the timer', async (t) => {
@@ -118,4 +154,45 @@ test.serial('a file that is not mapped turns the budget off, said once', (t) => 
   t.is(reports.length, 1);
   t.regex(reports[0]!, /not mapped/);
   mapped.stop();
+});
+
+test.serial('with no descriptor left, reads are answered and the look is skipped; the budget holds again once there are', async (t) => {
+  const dir = await tempDir('mapped-fds');
+  t.teardown(() => removeDir(dir));
+  const store = JSON.stringify(join(ROOT, 'dist', 'storage', 'store.js'));
+  // Writes 20 MB, fills every descriptor, reads it all back past the budget, frees some, reads again.
+  const script = `
+    const { Store } = await import(${store});
+    const { openSync, closeSync } = await import('node:fs');
+    const reports = [];
+    const s = Store.open(${JSON.stringify(dir)}, { mappedBudgetBytes: 2 * 1024 * 1024, report: (p) => reports.push(p) });
+    await s.ready;
+    const blobs = s.table({ name: 'blobs', indexKeys: () => [] });
+    const data = 'x'.repeat(10000);
+    for (let i = 0; i < 2000; i += 100) {
+      const w = [];
+      for (let j = i; j < i + 100; j++) w.push({ table: blobs, id: 'b' + j, before: undefined, after: { id: 'b' + j, data: data + j } });
+      await s.commit(w);
+    }
+    s.mapped.trim();
+    const fds = [];
+    try { for (;;) fds.push(openSync('/dev/null', 'r')); } catch (err) { if (err.code !== 'EMFILE') throw err; }
+    let same = 0;
+    for (let j = 0; j < 2000; j++) if (blobs.get('b' + j)?.data === data + j) same++;
+    const starved = { same, trims: s.mapped.trims, skipped: s.mapped.skipped };
+    for (const fd of fds.splice(0, 16)) closeSync(fd);
+    same = 0;
+    for (let j = 0; j < 2000; j++) if (blobs.get('b' + j)?.data === data + j) same++;
+    console.log(JSON.stringify({ starved, same, trims: s.mapped.trims, reports }));
+    process.exit(0);
+  `;
+  const run = spawnSync('bash', ['-c', `ulimit -n 128 && exec "${process.execPath}" --input-type=module -e "$0"`, script], { encoding: 'utf8', timeout: 60_000 });
+  t.is(run.status, 0, run.stderr);
+  const out = JSON.parse(run.stdout) as { starved: { same: number; trims: number; skipped: number }; same: number; trims: number; reports: string[] };
+  t.is(out.starved.same, 2000, 'every read answered while no descriptor was left');
+  t.true(out.starved.skipped > 0);
+  t.is(out.same, 2000);
+  t.true(out.trims > out.starved.trims, 'trimmed again once descriptors were free');
+  t.is(out.reports.length, 1);
+  t.regex(out.reports[0]!, /not looked at/);
 });
