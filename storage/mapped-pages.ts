@@ -12,10 +12,11 @@
 // They stay in the page cache; the next read of one maps it again with a minor fault. Nothing a
 // reader sees changes: the mapping is shared and read-only (no MDB_WRITEMAP), so it shows the
 // file, and a touched page faults back in from it. lmdb-js copies most values out of the map; a
-// value of 16 MB or more it hands back as a view into the map, which stays valid the same way. Where madvise cannot be called (common/libc.ts), the budget is not kept, and
-// that is said once. The price is a minor fault for each page read again after a trim: when reads
-// spread evenly over a file far larger than the budget, a fifth or so of the random-read rate
-// (README, Benchmarks). STORAGE_MAPPED_MB=0 turns it off.
+// value of 16 MB or more it hands back as a view into the map, which stays valid the same way.
+// Where madvise cannot be called (common/libc.ts), the budget is not kept, and that is said once.
+// The price is a minor fault for each page read again after a trim, with the pages the kernel
+// maps around it: when reads spread evenly over a file far larger than the budget, a quarter to
+// a third of the random-read rate (README, Limits and overload). STORAGE_MAPPED_MB=0 turns it off.
 //
 // The budget is on the process's resident file pages, which holds for the one store an actor
 // process opens.
