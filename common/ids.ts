@@ -53,14 +53,34 @@ function randomByte(): number {
   return pool[poolAt++]!;
 }
 
+// The random part's characters, written into one buffer and read out as a string once: joined a
+// character at a time, an id cost about 1 µs.
+const ALPHABET_CODES = Buffer.from(ALPHABET, 'latin1');
+const randomChars = Buffer.alloc(RANDOM_CHARS);
+
 function randomPart(): string {
-  let out = '';
+  let n = 0;
   // 252 is the largest multiple of 36 below 256: rejecting the rest keeps every character equally likely.
-  while (out.length < RANDOM_CHARS) {
+  while (n < RANDOM_CHARS) {
     const b = randomByte();
-    if (b < 252) out += ALPHABET[b % 36];
+    if (b < 252) randomChars[n++] = ALPHABET_CODES[b % 36]!;
   }
-  return out;
+  return randomChars.toString('latin1', 0, RANDOM_CHARS);
+}
+
+/** Two hex digits for each partition. */
+const PARTITION_HEX = Array.from({ length: 256 }, (_, p) => p.toString(16).padStart(2, '0'));
+
+// The time part of the last millisecond an id was made in: ids come many to a millisecond.
+let timeAt = -1;
+let timePart = '';
+
+function timeChars(now: number): string {
+  if (now !== timeAt) {
+    timeAt = now;
+    timePart = now.toString(36).padStart(TIME_CHARS, '0');
+  }
+  return timePart;
 }
 
 /**
@@ -86,8 +106,8 @@ export function randomPartition(): number {
 }
 
 export function newId<K extends IdKind>(kind: K, partition: number = randomPartition()): Id<K> {
-  const time = Date.now().toString(36).padStart(TIME_CHARS, '0');
-  return `${ID_PREFIXES[kind]}${time}${partition.toString(16).padStart(2, '0')}${randomPart()}` as Id<K>;
+  const hex = PARTITION_HEX[partition] ?? partition.toString(16).padStart(2, '0');
+  return `${ID_PREFIXES[kind]}${timeChars(Date.now())}${hex}${randomPart()}` as Id<K>;
 }
 
 /**

@@ -65,3 +65,28 @@ test('parseId takes exactly the prefix, 9 base-36 digits, 2 lowercase hex digits
   t.is<string | undefined, string>(parseId('team', `team_${good.slice(4)}`), `team_${good.slice(4)}`);
   t.is(parseId('team', `tea_${good.slice(4)}`), undefined);
 });
+
+test('new ids carry the time and the partition, sort by time, never repeat, and draw every random character alike', async (t) => {
+  const ALPHABET = '0123456789abcdefghijklmnopqrstuvwxyz';
+  const first = newId('order', 3);
+  t.is(partitionOf(first), 3);
+  t.is(parseId('order', first), first);
+  t.true(Number.parseInt(first.slice(4, 13), 36) <= Date.now());
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  const later = newId('order', 3);
+  t.true(later.slice(4, 13) > first.slice(4, 13), 'a later millisecond sorts after');
+  const seen = new Set<string>();
+  const counts = new Map<string, number>();
+  let misplaced = 0;
+  for (let i = 0; i < 36_000; i++) {
+    const id = newId('item', i % 256);
+    if (partitionOf(id) !== i % 256) misplaced++;
+    seen.add(id);
+    for (const c of id.slice(-11)) counts.set(c, (counts.get(c) ?? 0) + 1);
+  }
+  t.is(misplaced, 0);
+  t.is(seen.size, 36_000);
+  // 396,000 characters, 11,000 expected of each (standard deviation about 103): every one within 5% of it.
+  t.deepEqual([...counts.keys()].sort().join(''), ALPHABET);
+  for (const [c, n] of counts) t.true(Math.abs(n - 11_000) < 550, `${c}: ${n}`);
+});
