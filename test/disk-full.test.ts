@@ -58,13 +58,16 @@ test.serial('a full disk fails the writes it cannot hold with 500 problems; the 
     const created = (await small.body.json()) as { id: string };
     t.true(small.statusCode === 201 || small.statusCode === 500, String(small.statusCode));
     if (small.statusCode === 201) acked.set(created.id, '');
+  } catch (error) {
+    // A dropped connection says little by itself: say how the child fared.
+    throw new Error(`${String(error)}\n${full.report()}`, { cause: error });
   } finally {
     await pool.close();
   }
 
   full.child.kill('SIGTERM');
   const bye = await Promise.race([exited(full.child), new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), 10_000))]);
-  t.deepEqual(bye, { code: 0, signal: null }, 'it shuts down cleanly');
+  t.deepEqual(bye, { code: 0, signal: null }, `it shuts down cleanly; ${full.report()}`);
 
   // Started again without the limit, on the same data: every acknowledged order is there.
   const again = await startChild(t.context.children, t.context.dir, SECRET);

@@ -11,6 +11,8 @@ export interface Running {
   url: string;
   /** Spawn to the listening line. */
   startMs: number;
+  /** The tail of what the child printed and how it ended so far, for a failing assertion's message. */
+  report(): string;
 }
 
 const MAIN = join(ROOT, 'dist', 'gateway', 'main.js');
@@ -38,20 +40,25 @@ export function startChild(children: Set<ChildProcess>, dir: string, secret: str
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.add(child);
+  let out = '';
+  let err = '';
+  let ended = 'running';
+  child.stderr?.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
+  child.once('exit', (code, signal) => (ended = `exited (${code ?? signal})`));
+  const report = (): string => `child ${ended}; stdout tail:\n${out.slice(-2000)}\nstderr tail:\n${err}`;
   return new Promise((resolve, reject) => {
-    let out = '';
-    let err = '';
+    let listening = false;
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`no listening line within ${START_WITHIN_MS} ms:\n${out}\n${err}`));
     }, START_WITHIN_MS);
-    child.stderr?.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
     child.stdout?.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /orders-api listening on (http:\/\/127\.0\.0\.1:\d+) \(embedded mode\)/.exec(out);
+      out = (out + d.toString()).slice(-8000);
+      const m = listening ? null : /orders-api listening on (http:\/\/127\.0\.0\.1:\d+) \(embedded mode\)/.exec(out);
       if (m) {
+        listening = true;
         clearTimeout(timer);
-        resolve({ child, url: m[1]!, startMs: Date.now() - started });
+        resolve({ child, url: m[1]!, startMs: Date.now() - started, report });
       }
     });
     child.once('exit', (code, signal) => {
