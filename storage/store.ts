@@ -360,6 +360,8 @@ export class Store {
     this.releaseQueued = true;
     setImmediate(() => {
       this.releaseQueued = false;
+      // A failure found since this flush was checked (afterFlush) acknowledges nothing more.
+      if (this.failedFatally) return;
       const upTo = this.releaseUpTo;
       for (const [done, waiting] of this.flushWaiters) if (waiting.seq <= upTo) done();
     });

@@ -5,11 +5,11 @@
 
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { ActorHost } from '../actors/host.js';
 import { allPartitions } from '../common/partitions.js';
 import { newId } from '../common/ids.js';
-import { Store, type TableSpec } from '../storage/store.js';
+import { Store, type Table, type TableSpec } from '../storage/store.js';
 import { removeDir, ROOT, silentLog, tempDir } from './helpers/edge-kit.js';
 
 interface Doc {
@@ -146,15 +146,37 @@ function loseNextFlush(store: Store): void {
 
 const within = <T>(ms: number, p: Promise<T>): Promise<T | 'still waiting'> => Promise.race([p, new Promise<'still waiting'>((resolve) => setTimeout(() => resolve('still waiting'), ms))]);
 
-test('a commit whose flush lmdb-js never settles (its resolver dropped with a failed batch) is released by a later commit\'s flush', async (t) => {
+/** A store with commit d1 waiting on a flush lmdb-js never settles, and nothing else written. */
+async function commitLeftBehind(t: ExecutionContext): Promise<{ store: Store; fatal: unknown[]; docs: Table<Doc>; lost: Promise<void> }> {
   const { store, fatal } = await storeWithFatal(t, 60_000);
   const docs = store.table(DOCS);
   loseNextFlush(store);
   const lost = store.commit([{ table: docs, id: 'd1', before: undefined, after: { id: 'd1', version: 1, note: 'x' } }]);
   t.is(await within(300, lost.then(() => 'acknowledged')), 'still waiting');
+  return { store, fatal, docs, lost };
+}
+
+test('a commit whose flush lmdb-js never settles (its resolver dropped with a failed batch) is released by a later commit\'s flush', async (t) => {
+  const { store, fatal, docs, lost } = await commitLeftBehind(t);
   await store.commit([{ table: docs, id: 'd2', before: undefined, after: { id: 'd2', version: 1, note: 'y' } }]);
   t.is(await within(1000, lost.then(() => 'acknowledged')), 'acknowledged');
   t.deepEqual(fatal, []);
+});
+
+test('a commit left behind by a lost flush is not released by a later flush once the storage failed in that flush\'s turn', async (t) => {
+  const { store, fatal, docs, lost } = await commitLeftBehind(t);
+  // The later flush passes its check, then LMDB's panic is seen in the same turn, before the
+  // commits it left behind are gone over.
+  const inner = store as unknown as { releaseFlushed(seq: number): void };
+  const release = inner.releaseFlushed.bind(store);
+  const panic = lmdbPanic();
+  inner.releaseFlushed = (seq) => {
+    release(seq);
+    store.failedWith(panic);
+  };
+  await store.commit([{ table: docs, id: 'd2', before: undefined, after: { id: 'd2', version: 1, note: 'y' } }]);
+  t.is(await within(500, lost.then(() => 'acknowledged')), 'still waiting');
+  t.deepEqual(fatal, [panic]);
 });
 
 test('a commit whose flush is lost, with nothing else written, is released by a commit of the store\'s own once nothing has settled for a while', async (t) => {
