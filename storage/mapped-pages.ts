@@ -95,8 +95,8 @@ export class MappedPages implements ReadMeter {
    */
   check(): boolean {
     return this.guarded(() => {
-      if (this.statm!.fileKb() - this.baseKb <= this.budgetKb) return false;
-      return this.trimNow();
+      const resident = this.statm!.fileKb();
+      return resident - this.baseKb > this.budgetKb && this.trimNow(resident);
     });
   }
 
@@ -123,13 +123,13 @@ export class MappedPages implements ReadMeter {
     }
   }
 
-  private trimNow(): boolean {
+  /** `before`: the file-backed kB resident now, when the caller has just read it. */
+  private trimNow(before = this.statm!.fileKb()): boolean {
     const statm = this.statm!;
     const calls = libc();
     if (!calls) return libcFailure() === undefined ? false : this.disable('madvise cannot be called here', libcFailure());
     const ranges = mappedRanges(this.opts.file);
     if (ranges.length === 0) return this.disable('the data file is not mapped into this process');
-    const before = statm.fileKb();
     for (const { start, length } of ranges) {
       if (calls.madvise(start, length, MADV_DONTNEED) !== 0) return this.disable(`madvise failed (errno ${calls.errno()})`);
     }
