@@ -1,6 +1,7 @@
 // The answer fields the uWS edge writes without its CR/LF check (gateway/http.ts,
-// selfFormatted): Trace-Id, ETag and RateLimit. Their producers must never put anything but
-// digits, hex, base64url and the draft's punctuation in them, whatever the request held.
+// selfFormatted): Trace-Id, ETag and RateLimit, whose producers must never put anything but
+// digits, hex, base64url and the draft's punctuation in them, whatever the request held; and a
+// route's Deprecation, Sunset and Link, printable ASCII whatever the lifecycle entry or the path.
 
 import test from 'ava';
 import fc from 'fast-check';
@@ -8,6 +9,8 @@ import { traceIdOf } from '../gateway/pipeline.js';
 import { RateLimiter } from '../gateway/rate-limit.js';
 import { contentTag, fingerprintTag, versionTag } from '../gateway/representation.js';
 import { ApiError } from '../common/errors.js';
+import { allRoutes } from '../gateway/app.js';
+import { LifecycleError, LifecycleRegistry, lifecycleHeaders } from '../gateway/lifecycle.js';
 
 const TAG = /^"(?:[0-9]+-[A-Za-z0-9_-]{10}|[cf]-[A-Za-z0-9_-]{16})"$/;
 const MEDIA = fc.oneof(fc.constantFrom('application/json', 'application/hal+json', 'text/html'), fc.string());
@@ -54,4 +57,29 @@ test('RateLimit is the draft\'s "default";r=<n>;t=<n>, refused or not', (t) => {
       }
     }),
   );
+});
+
+test('Deprecation, Sunset and Link are printable ASCII, whatever entry was accepted and whatever the path held', (t) => {
+  const registry = new LifecycleRegistry(() => Date.UTC(2026, 0, 1));
+  const routes = allRoutes({}, registry);
+  registry.bind(routes);
+  const route = routes.find((r) => r.method === 'GET' && r.path === '/v1/orders/{orderId}')!;
+  const target = fc.oneof(fc.string(), fc.string({ unit: 'binary' }), fc.webUrl(), fc.webPath().map((p) => `/${p}{orderId}`), fc.constantFrom('/v2/orders/{orderId}', '/docs/x\r\nset-cookie: a', '/a{orderId}\n'));
+  const time = fc.date({ min: new Date(0), max: new Date(Date.UTC(9999, 0, 1)), noInvalidDate: true }).map((d) => d.toISOString());
+  let accepted = 0;
+  fc.assert(
+    fc.property(fc.constantFrom('deprecated', 'sunsetting'), time, time, fc.option(target), fc.option(target), fc.string({ unit: 'binary' }), (state, deprecatedAt, sunsetAt, successor, guide, id) => {
+      try {
+        registry.replace([{ method: 'GET', path: '/v1/orders/{orderId}', state, deprecatedAt, sunsetAt, successor: successor ?? undefined, guide: guide ?? undefined }]);
+      } catch (err) {
+        if (err instanceof LifecycleError) return;
+        throw err;
+      }
+      accepted++;
+      const check = registry.check(route, { orderId: id });
+      t.truthy(check);
+      for (const value of Object.values(lifecycleHeaders(check!))) t.regex(value, /^[\x20-\x7e]*$/);
+    }),
+  );
+  t.true(accepted > 10, `only ${accepted} entries were accepted`);
 });
