@@ -423,7 +423,7 @@ function parseBody(req: GatewayRequest, route: RouteDef, config: Config): unknow
   try {
     // A member named __proto__ (or a constructor holding prototype) is refused, not kept: any
     // later spread or Object.assign of the body, or of a metadata map, would set a prototype.
-    body = secureJson.parse(text, { protoAction: 'error', constructorAction: 'error' });
+    body = parseJson(text);
   } catch (err) {
     if (err instanceof SyntaxError && err.message === FORBIDDEN_MEMBER) {
       throw new ApiError('malformed-request', 'The body has a member named __proto__, or a constructor member holding prototype; such names are refused.');
@@ -441,6 +441,20 @@ const OPEN_BRACKET = 0x5b;
 const CLOSE_BRACKET = 0x5d;
 const OPEN_BRACE = 0x7b;
 const CLOSE_BRACE = 0x7d;
+
+/**
+ * JSON.parse, refusing a member named __proto__ (or a constructor holding prototype) as
+ * secure-json-parse does. That library looks for such a name with two regular expressions that
+ * also match each letter written as a \\u escape; text without a backslash can only hold the
+ * names as they are, which two indexOf scans rule out at a fraction of the cost (a 2.9 kB
+ * batch-get body: about 20k instructions fewer). Anything else goes through the library.
+ */
+export function parseJson(text: string): unknown {
+  if (text.indexOf('\\') === -1 && text.indexOf('__proto__') === -1 && text.indexOf('constructor') === -1 && text.charCodeAt(0) !== BOM) return JSON.parse(text);
+  return secureJson.parse(text, { protoAction: 'error', constructorAction: 'error' });
+}
+
+const BOM = 0xfeff;
 
 /**
  * Whether arrays and objects nest deeper than `max`: one pass over the text, no recursion, so
