@@ -112,7 +112,6 @@ export function planUserWrite(cmd: UserWrite, users: Table<UserRecord>, claims: 
   }
 }
 
-/** The users of `ids` the caller's tenant has, in the order asked, each once. */
 /** One slot per id, in order: the tenant's user by that id, or null. The ids are distinct. */
 export function batchGetUsers(tenant: string, ids: string[], users: Table<UserRecord>): (UserRecord | null)[] {
   return ids.map((id) => {
