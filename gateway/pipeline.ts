@@ -445,9 +445,9 @@ const CLOSE_BRACE = 0x7d;
 /**
  * JSON.parse, refusing a member named __proto__ (or a constructor holding prototype) as
  * secure-json-parse does. That library looks for such a name with two regular expressions that
- * also match each letter written as a \\u escape; text without a backslash can only hold the
+ * also match each letter written as a \u escape; text without a backslash can only hold the
  * names as they are, which two indexOf scans rule out at a fraction of the cost (a 2.9 kB
- * batch-get body: about 20k instructions fewer). Anything else goes through the library.
+ * batch-get body: 9k instructions fewer, of about 360k). Anything else goes through the library.
  */
 export function parseJson(text: string): unknown {
   if (text.indexOf('\\') === -1 && text.indexOf('__proto__') === -1 && text.indexOf('constructor') === -1 && text.charCodeAt(0) !== BOM) return JSON.parse(text);
