@@ -19,18 +19,40 @@ export function target(ctx: Ctx, id: string): { tenant: string; partition: numbe
   return { tenant: principalOf(ctx).tenant, partition: partitionOf(id), id };
 }
 
-// Timestamps repeat (every read of a record renders the same two); formatting one costs more
-// than the rest of an order's rendering, so recent ones are kept.
-const isoCache = new Map<number, string>();
-
+/**
+ * `new Date(ms).toISOString()`, worked out with integer arithmetic for the years 1970 to 9999
+ * (every time this service stamps). V8 formats each field of an ISO date with its own snprintf:
+ * 7.3k instructions a call, 1.6% of a durable create under callgrind; this takes about a third
+ * of its time (156 against 530 ns a new timestamp, here). Other times go to Date. Days to a civil date: H. Hinnant, "chrono-Compatible Low-Level Date Algorithms".
+ */
 export function iso(ms: number): string {
-  let s = isoCache.get(ms);
-  if (s === undefined) {
-    if (isoCache.size >= 50_000) isoCache.clear();
-    isoCache.set(ms, (s = new Date(ms).toISOString()));
-  }
-  return s;
+  if (!(ms >= 0 && ms < YEAR_10000_MS) || !Number.isInteger(ms)) return new Date(ms).toISOString();
+  const days = Math.floor(ms / DAY_MS);
+  let rest = ms - days * DAY_MS;
+  // Days since 0000-03-01, in 400-year eras of 146,097 days; a year starting in March puts the
+  // leap day last.
+  const z = days + 719_468;
+  const era = Math.floor(z / 146_097);
+  const doe = z - era * 146_097;
+  const yoe = Math.floor((doe - Math.floor(doe / 1460) + Math.floor(doe / 36_524) - Math.floor(doe / 146_096)) / 365);
+  const doy = doe - (365 * yoe + Math.floor(yoe / 4) - Math.floor(yoe / 100));
+  const mp = Math.floor((5 * doy + 2) / 153);
+  const day = doy - Math.floor((153 * mp + 2) / 5) + 1;
+  const month = mp < 10 ? mp + 3 : mp - 9;
+  const year = yoe + era * 400 + (month <= 2 ? 1 : 0);
+  const hours = Math.floor(rest / 3_600_000);
+  rest -= hours * 3_600_000;
+  const minutes = Math.floor(rest / 60_000);
+  rest -= minutes * 60_000;
+  const seconds = Math.floor(rest / 1000);
+  const millis = rest - seconds * 1000;
+  return `${TWO[Math.floor(year / 100)]}${TWO[year % 100]}-${TWO[month]}-${TWO[day]}T${TWO[hours]}:${TWO[minutes]}:${TWO[seconds]}.${THREE[millis]}Z`;
 }
+
+const DAY_MS = 86_400_000;
+const YEAR_10000_MS = 253_402_300_800_000;
+const TWO = Array.from({ length: 100 }, (_, i) => String(i).padStart(2, '0'));
+const THREE = Array.from({ length: 1000 }, (_, i) => String(i).padStart(3, '0'));
 
 /** Members the server owns; writing one is 422 "is read-only" (CONTRACT §6). */
 export const READ_ONLY = ['id', 'status', 'total', 'createdAt', 'updatedAt', '_links'];
