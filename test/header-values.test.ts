@@ -66,9 +66,12 @@ test('Deprecation, Sunset and Link are printable ASCII, whatever entry was accep
   const route = routes.find((r) => r.method === 'GET' && r.path === '/v1/orders/{orderId}')!;
   const target = fc.oneof(fc.string(), fc.string({ unit: 'binary' }), fc.webUrl(), fc.webPath().map((p) => `/${p}{orderId}`), fc.constantFrom('/v2/orders/{orderId}', '/docs/x\r\nset-cookie: a', '/a{orderId}\n'));
   const time = fc.date({ min: new Date(0), max: new Date(Date.UTC(9999, 0, 1)), noInvalidDate: true }).map((d) => d.toISOString());
+  // The two times come in order, so an entry is refused only for its targets: about 3 in 10
+  // are accepted, and 300 runs leave the floor below many standard deviations away.
+  const times = fc.tuple(time, time).map(([a, b]) => (a <= b ? [a, b] : [b, a]));
   let accepted = 0;
   fc.assert(
-    fc.property(fc.constantFrom('deprecated', 'sunsetting'), time, time, fc.option(target), fc.option(target), fc.string({ unit: 'binary' }), (state, deprecatedAt, sunsetAt, successor, guide, id) => {
+    fc.property(fc.constantFrom('deprecated', 'sunsetting'), times, fc.option(target), fc.option(target), fc.string({ unit: 'binary' }), (state, [deprecatedAt, sunsetAt], successor, guide, id) => {
       try {
         registry.replace([{ method: 'GET', path: '/v1/orders/{orderId}', state, deprecatedAt, sunsetAt, successor: successor ?? undefined, guide: guide ?? undefined }]);
       } catch (err) {
@@ -80,6 +83,7 @@ test('Deprecation, Sunset and Link are printable ASCII, whatever entry was accep
       t.truthy(check);
       for (const value of Object.values(lifecycleHeaders(check!))) t.regex(value, /^[\x20-\x7e]*$/);
     }),
+    { numRuns: 300 },
   );
   t.true(accepted > 10, `only ${accepted} entries were accepted`);
 });
