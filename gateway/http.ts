@@ -1,8 +1,8 @@
 // The uWS edge: turns uWS callbacks into a GatewayRequest and a GatewayResponse back into bytes.
 // uWS rules this file keeps (uWS user manual): read everything from `req` before the first
 // await (it is stack-allocated), register onAborted before returning without an answer, write
-// inside cork (uWS holds one around its own callbacks; a later turn takes its own), and stream
-// large bodies with tryEnd/onWritable so a slow reader cannot grow our memory.
+// inside cork (uWS holds one around its own callbacks; a later turn takes its own), and end
+// bodies with tryEnd/onWritable so a client that does not read cannot grow our memory (endPaced).
 
 import { Buffer } from 'node:buffer';
 import { STATUS_CODES } from 'node:http';
@@ -276,9 +276,11 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // our answer is pending it drops the connection instead (both unanswered), and once the
     // answer is written it closes the socket at once.
     const refuse = (err: ApiError): void => {
-      exchange.watch();
       // Rendered by the gateway: charged to the caller, with the rate-limit fields.
-      const response = opts.refuse(request, err);
+      closeLater(opts.refuse(request, err));
+    };
+    const closeLater = (response: GatewayResponse): void => {
+      exchange.watch();
       setImmediate(() => {
         try {
           send(response, true);
@@ -310,6 +312,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         answered = pipelineFailed(err);
       }
       if (!(answered instanceof Promise)) {
+        if (closesAfter(request.method, answered)) return closeLater(answered);
         // Still inside uWS's callback (the request's, or the body's last chunk's).
         try {
           writeResponse(res, request.method, answered, false, !clientCloses, exchange);
@@ -322,7 +325,8 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       // A later turn's answer, or the pipeline's failure to give one, written or logged.
       const deliver = (response: GatewayResponse | undefined, failure?: unknown): void => {
         try {
-          send(response ?? pipelineFailed(failure));
+          const r = response ?? pipelineFailed(failure);
+          send(r, closesAfter(request.method, r));
         } catch (err) {
           writeFailed(err);
         }
@@ -368,6 +372,16 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       });
     });
   });
+}
+
+/**
+ * A HEAD's answer has no body for endPaced to hold back, so a client sending HEADs past its rate
+ * limit without reading the answers would pile its 429s up in our memory. That 429 closes the
+ * connection instead, written on a later turn like the edge's own refusals: uWS drops the
+ * connection if another request comes while it waits, and closes it once the answer is out.
+ */
+function closesAfter(method: string, r: GatewayResponse): boolean {
+  return r.status === 429 && method === 'HEAD';
 }
 
 /** uWS's LIBUS_LISTEN_EXCLUSIVE_PORT: bind without SO_REUSEPORT. (This build exports no name for it.) */
@@ -521,7 +535,9 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
   // A short string goes to uWS as it is (at most 3 UTF-8 bytes a UTF-16 unit, so under the
   // small-body bound); copying it into a Buffer first would only add an allocation.
   if (typeof r.body === 'string' && r.body.length * 3 <= SMALL_BODY_BYTES && method !== 'HEAD') {
-    res.end(r.body, close);
+    if (close) res.end(r.body, true);
+    else if (paceNow()) endPaced(res, r.body, exchange);
+    else res.end(r.body);
     return;
   }
   if (method === 'HEAD' && close) {
@@ -538,20 +554,48 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
     res.endWithoutBody();
     return;
   }
-  if (close || body.length <= SMALL_BODY_BYTES) {
-    // uWS copies what the socket cannot take right away; for small bodies that bounded copy is
-    // cheaper than the tryEnd/onWritable dance.
-    res.end(body, close);
-    return;
-  }
+  if (close) res.end(body, true);
+  else if (body.length > SMALL_BODY_BYTES || paceNow()) endPaced(res, body, exchange);
+  else res.end(body);
+}
+
+/**
+ * Whether this small answer is ended by endPaced: one in PACE_EVERY. tryEnd hands back a new
+ * array, built through V8's API, which cost a GET 2.5k of its 32k instructions; end() costs none.
+ * A backlog builds only over many answers, and the answers to one read of pipelined requests are
+ * written one after another, so a client that reads none of them meets a paced answer within
+ * PACE_EVERY answers of its backlog.
+ */
+function paceNow(): boolean {
+  paced = (paced + 1) % PACE_EVERY;
+  return paced === 0;
+}
+
+const PACE_EVERY = 16;
+let paced = 0;
+
+/**
+ * Ends the answer with what the socket takes now, and the rest as it drains. end() alone would
+ * not do: uWS copies whatever the socket cannot take into the connection's own buffer, with no
+ * bound, and a client pipelining small GETs without reading the answers grew the process by
+ * 70 MB a connection within seconds. An answer tryEnd cannot finish stays pending instead, and
+ * uWS closes a connection whose next request arrives while an answer is pending (HttpContext:
+ * "not ready for another request yet"), so what waits on a connection is bounded by the socket
+ * buffers and a few answers (paceNow). Answers without a body (204, 304, HEAD) cannot be held
+ * back this way; past the caller's rate limit they are 429s, whose body holds them back (a
+ * HEAD's closes: closesAfter).
+ */
+function endPaced(res: uWS.HttpResponse, body: string | Buffer, exchange: Exchange): void {
   const start = res.getWriteOffset();
-  const [ok, done] = res.tryEnd(body, body.length);
+  // A string's length in bytes is counted by uWS as it copies it (a total of 0 means "this").
+  const [ok, done] = res.tryEnd(body, typeof body === 'string' ? 0 : body.length);
   if (ok || done) return;
   // Backpressure: resume from where the socket stopped, only when it can take more.
   exchange.watch();
+  const bytes = typeof body === 'string' ? Buffer.from(body) : body;
   res.onWritable((offset) => {
     if (exchange.aborted) return true;
-    const [more] = res.tryEnd(body.subarray(offset - start), body.length);
+    const [more] = res.tryEnd(bytes.subarray(offset - start), bytes.length);
     return more;
   });
 }
