@@ -110,10 +110,12 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
         return { next: undefined, reply: null };
       case 'webhook.rotate': {
         const e = existingMatching(current, cmd, 'webhook endpoint');
-        // The old secret keeps signing beside the new one (CONTRACT §10); older ones end sooner.
-        const kept: SigningSecret[] = e.secrets
-          .filter((s) => s.expiresAt === undefined || s.expiresAt > now)
-          .map((s) => ({ secret: s.secret, expiresAt: Math.min(s.expiresAt ?? Infinity, now + cmd.keepOldMs) }));
+        // The old secret, the one this rotation replaces, keeps signing beside the new one
+        // (CONTRACT §10); any older one stops now. Kept too, each rotation would add a signature
+        // to every delivery and a secret to the record: 500 rotations in a day made a
+        // 34 kB Service-Signature.
+        const [old] = e.secrets;
+        const kept: SigningSecret[] = old ? [{ secret: old.secret, expiresAt: Math.min(old.expiresAt ?? Infinity, now + cmd.keepOldMs) }] : [];
         const next = bump(e, { secrets: [{ secret: cmd.secret }, ...kept] }, now);
         return { next, reply: next };
       }

@@ -7,7 +7,7 @@
 import anyTest, { type TestFn } from 'ava';
 import { ActorHost } from '../actors/host.js';
 import { newId, partitionFor, partitionOf } from '../common/ids.js';
-import { newSigningSecret } from '../common/webhook-signature.js';
+import { newSigningSecret, verifyWebhook } from '../common/webhook-signature.js';
 import type { Command } from '../proto/messages.js';
 import type { DeliveryRecord, EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
@@ -214,6 +214,28 @@ test.serial("a retry never waits past its event's retention: the largest jitter 
     await host.close();
     await removeDir(dir);
   }
+});
+
+test('a second rotation ends the first secret at once: only the newest and the one it replaced sign', async (t) => {
+  const { host, r } = t.context;
+  const e = await setup(t, 'policy-rotate-twice');
+  const target = { tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id };
+  const [first, second, third] = [e.secrets[0]!.secret, newSigningSecret(), newSigningSecret()];
+  await ok(host.handle({ kind: 'webhook.rotate', ...target, ifMatch: undefined, secret: second, keepOldMs: 60_000 }));
+  const rotated = await ok<EndpointRecord>(host.handle({ kind: 'webhook.rotate', ...target, ifMatch: undefined, secret: third, keepOldMs: 60_000 }));
+  t.deepEqual(
+    rotated.secrets.map((s) => s.secret),
+    [third, second],
+  );
+  await order(host, 'policy-rotate-twice');
+  await until('a delivery', () => r.got.length >= 1);
+  const got = r.got[0]!;
+  const v1 = String(got.headers['service-signature']).split(',').filter((p) => p.startsWith('v1='));
+  t.is(v1.length, 2, 'two secrets sign');
+  const headers = new Headers(Object.entries(got.headers).map(([k, v]) => [k, String(v)] as [string, string]));
+  t.notThrows(() => verifyWebhook(got.raw, headers, third));
+  t.notThrows(() => verifyWebhook(got.raw, headers, second));
+  t.throws(() => verifyWebhook(got.raw, headers, first));
 });
 
 test('after a rotation the old secret signs until its overlap ends, then only the new one does', async (t) => {
