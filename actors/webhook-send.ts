@@ -30,6 +30,8 @@ export interface SenderOptions {
   timeoutMs: number;
   /** Extra CA certificates (PEM) to trust, beside the system's. */
   ca?: string | Buffer | (string | Buffer)[];
+  /** Keep-alive pools kept at once, one per receiving origin (MAX_AGENTS; tests set fewer). */
+  maxAgents?: number;
 }
 
 /** Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3), in ms from now. */
@@ -47,7 +49,7 @@ const IDLE_SOCKET_MS = 125_000;
 
 export class WebhookSender {
   private readonly agents = new Map<string, http.Agent>();
-  private readonly targets = new Map<URL, { module: typeof http | typeof https; options: http.RequestOptions }>();
+  private readonly targets = new Map<URL, { module: typeof http | typeof https; origin: string; options: http.RequestOptions }>();
   private readonly lookups = new Map<string, LookupFunction>();
 
   constructor(private readonly opts: SenderOptions) {}
@@ -74,7 +76,7 @@ export class WebhookSender {
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(body));
     headers['user-agent'] = 'orders-api-webhooks/1';
-    const req = target.module.request({ ...target.options, lookup: this.lookupOf(addresses), headers });
+    const req = target.module.request({ ...target.options, agent: this.agentFor(target.origin, url.protocol), lookup: this.lookupOf(addresses), headers });
     const timer = setTimeout(() => {
       done(null, 'timeout');
       req.destroy();
@@ -104,19 +106,19 @@ export class WebhookSender {
   }
 
   /** The request options of a URL (what `http.request(url)` would derive each time), and its module. */
-  private targetOf(url: URL): { module: typeof http | typeof https; options: http.RequestOptions } {
+  private targetOf(url: URL): { module: typeof http | typeof https; origin: string; options: http.RequestOptions } {
     let target = this.targets.get(url);
     if (!target) {
       const secure = url.protocol === 'https:';
       target = {
         module: secure ? https : http,
+        origin: url.origin,
         options: {
           method: 'POST',
           protocol: url.protocol,
           hostname: url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname,
           port: url.port || undefined,
           path: `${url.pathname}${url.search}`,
-          agent: this.agentFor(url),
         },
       };
       if (this.targets.size >= 10_000) this.targets.clear();
@@ -146,22 +148,42 @@ export class WebhookSender {
     return lookup;
   }
 
-  private agentFor(url: URL): http.Agent {
-    let agent = this.agents.get(url.origin);
-    if (!agent) {
-      // Idle keep-alive sockets close after IDLE_SOCKET_MS (the agent destroys a free socket that
-      // times out), and the least recently added origin's pool goes once MAX_AGENTS are open.
-      const common = { keepAlive: true, maxSockets: SOCKETS_PER_ORIGIN, maxFreeSockets: SOCKETS_PER_ORIGIN, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS };
-      agent = url.protocol === 'https:' ? new https.Agent({ ...common, ca: this.opts.ca ? withSystemRoots(this.opts.ca) : undefined }) : new http.Agent(common);
-      if (this.agents.size >= MAX_AGENTS) {
-        const [oldest, old] = this.agents.entries().next().value!;
-        this.agents.delete(oldest);
-        old.destroy();
-      }
-      this.agents.set(url.origin, agent);
+  /**
+   * The origin's pool, taken for one request: the pool used longest ago goes once MAX_AGENTS are
+   * open. Not at once: its requests under way finish (destroying it reset them, each a failed
+   * attempt of another tenant's endpoint), and each of its sockets closes as it comes free.
+   */
+  private agentFor(origin: string, protocol: string): http.Agent {
+    let agent = this.agents.get(origin);
+    if (agent) {
+      // Last in the map: the order of the map is the order of last use.
+      this.agents.delete(origin);
+      this.agents.set(origin, agent);
+      return agent;
     }
+    // Idle keep-alive sockets close after IDLE_SOCKET_MS (the agent destroys a free socket that
+    // times out).
+    const common = { keepAlive: true, maxSockets: SOCKETS_PER_ORIGIN, maxFreeSockets: SOCKETS_PER_ORIGIN, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS };
+    agent = protocol === 'https:' ? new https.Agent({ ...common, ca: this.opts.ca ? withSystemRoots(this.opts.ca) : undefined }) : new http.Agent(common);
+    if (this.agents.size >= (this.opts.maxAgents ?? MAX_AGENTS)) {
+      const [oldest, old] = this.agents.entries().next().value!;
+      this.agents.delete(oldest);
+      retire(old);
+    }
+    this.agents.set(origin, agent);
     return agent;
   }
+
+  /** Pools open, for tests. */
+  get pools(): number {
+    return this.agents.size;
+  }
+}
+
+/** Closes a pool's idle sockets now and each busy one as its request ends (keeping none free). */
+function retire(agent: http.Agent): void {
+  agent.maxFreeSockets = 0;
+  for (const list of Object.values(agent.freeSockets)) for (const socket of list ?? []) socket.destroy();
 }
 
 // `ca` replaces Node's roots; a test CA is added to them, so public receivers still verify.

@@ -1,0 +1,63 @@
+// The sender's keep-alive pools (actors/webhook-send.ts), over real sockets to local receivers:
+// past its bound of pools, the one used longest ago goes, and a request it carries still ends
+// with its answer, never reset, its socket closing once that answer is in.
+
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
+import test from 'ava';
+import { WebhookSender } from '../actors/webhook-send.js';
+
+interface Receiver {
+  url: URL;
+  connections: number;
+  open: number;
+  close(): Promise<void>;
+}
+
+async function receiver(answerAfterMs: number): Promise<Receiver> {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => setTimeout(() => res.end('ok'), answerAfterMs));
+  });
+  const r: Receiver = { url: new URL('http://127.0.0.1'), connections: 0, open: 0, close: () => new Promise((done) => server.close(() => done())) };
+  server.on('connection', (socket) => {
+    r.connections++;
+    r.open++;
+    socket.on('close', () => r.open--);
+  });
+  await new Promise<void>((listening) => server.listen(0, '127.0.0.1', listening));
+  r.url = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`);
+  return r;
+}
+
+const LOOPBACK = [{ address: '127.0.0.1', family: 4 as const }];
+
+test('past its bound, the pool used longest ago goes; its request under way still gets its answer, and its socket then closes', async (t) => {
+  const [slow, b, c] = await Promise.all([receiver(400), receiver(0), receiver(0)]);
+  const sender = new WebhookSender({ timeoutMs: 5_000, maxAgents: 2 });
+  try {
+    const send = (r: Receiver): Promise<number | null> => sender.send(r.url, LOOPBACK, {}, '{}').then((x) => x.status);
+    const underWay = send(slow);
+    await delay(50);
+    t.is(await send(b), 200);
+    // A third origin: the slow receiver's pool, used longest ago, goes while its request waits.
+    t.is(await send(c), 200);
+    t.is(sender.pools, 2);
+    t.is(await underWay, 200, 'the request of a pool that went was cut off');
+    const until = Date.now() + 2_000;
+    while (slow.open > 0 && Date.now() < until) await delay(20);
+    t.is(slow.open, 0, 'the socket of a pool that went stays open');
+
+    // Used since, b's pool outlives c's: the next new origin takes c's place, and b's socket is
+    // used again rather than a new one opened.
+    t.is(await send(b), 200);
+    t.is(await send(slow), 200);
+    t.is(await send(b), 200);
+    t.is(b.connections, 1, 'the pool used last was the one that went');
+    t.is(sender.pools, 2);
+  } finally {
+    sender.close();
+    await Promise.all([slow, b, c].map((r) => r.close()));
+  }
+});
