@@ -813,7 +813,9 @@ export class Dispatcher {
     }
     const key = url.hostname;
     let cached = this.resolved.get(key);
-    if (!cached || now - cached.at >= RESOLVE_CACHE_MS || now < cached.at) {
+    // A resolution under way is shared however long it takes (systemResolver bounds that): a
+    // second one for the same host would only queue behind it.
+    if (!cached || (cached.settled !== undefined && (now - cached.at >= RESOLVE_CACHE_MS || now < cached.at))) {
       const entry: Resolution = {
         at: now,
         answer: resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(

@@ -19,10 +19,64 @@ export interface Address {
 /** Resolves a host name to every address it has (dns.lookup by default; tests inject one). */
 export type Resolver = (hostname: string) => Promise<Address[]>;
 
-export const systemResolver: Resolver = async (hostname) => {
+const lookup: Resolver = async (hostname) => {
   const found = await dns.lookup(hostname, { all: true, verbatim: true });
   return found.map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
 };
+
+/** How long a resolution may take, waiting for a slot included; past it the host "does not resolve". */
+export const RESOLVE_DEADLINE_MS = 3_000;
+/** System lookups under way at once: each holds one of libuv's 4 threads until the OS answers. */
+export const MAX_LOOKUPS = 2;
+
+/**
+ * `resolve` with a deadline, and at most `concurrency` calls under way at once. dns.lookup has no
+ * deadline of its own and runs on libuv's thread pool, which the rest of the process (zlib,
+ * files) shares: a tenant whose name servers stop answering would hold deliveries to every
+ * tenant for the OS's timeout, and its lookups would fill the pool. A call past its deadline is
+ * refused while its lookup, if one started, keeps its slot until the OS gives up on it.
+ */
+export function boundedResolver(resolve: Resolver, deadlineMs = RESOLVE_DEADLINE_MS, concurrency = MAX_LOOKUPS): Resolver {
+  let running = 0;
+  const waiting: (() => void)[] = [];
+  const release = (): void => {
+    running--;
+    waiting.shift()?.();
+  };
+  return (hostname) =>
+    new Promise<Address[]>((done, fail) => {
+      let settled = false;
+      const timer = setTimeout(() => {
+        settled = true;
+        const at = waiting.indexOf(start);
+        if (at >= 0) waiting.splice(at, 1);
+        fail(new Error(`resolving ${hostname} took over ${deadlineMs} ms`));
+      }, deadlineMs);
+      function start(): void {
+        running++;
+        resolve(hostname).then(
+          (found) => {
+            release();
+            if (settled) return;
+            settled = true;
+            clearTimeout(timer);
+            done(found);
+          },
+          (err: unknown) => {
+            release();
+            if (settled) return;
+            settled = true;
+            clearTimeout(timer);
+            fail(err);
+          },
+        );
+      }
+      if (running < concurrency) start();
+      else waiting.push(start);
+    });
+}
+
+export const systemResolver: Resolver = boundedResolver(lookup);
 
 // Two lists: Node's BlockList checks an IPv4 address against IPv6 rules too (as if mapped), so
 // one list holding ::ffff:0:0/96 would refuse every IPv4 address.

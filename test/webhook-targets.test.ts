@@ -4,7 +4,8 @@
 // certificate against a test CA the dispatcher is told to trust.
 
 import test from 'ava';
-import { parseTarget, refusedAddress, TargetRefused, type Resolver } from '../actors/webhook-target.js';
+import { setTimeout as delay } from 'node:timers/promises';
+import { boundedResolver, parseTarget, refusedAddress, TargetRefused, type Address, type Resolver } from '../actors/webhook-target.js';
 import { verifyWebhook } from '../common/webhook-signature.js';
 import { makeTestCa, startReceiver, startWebhookService, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
 
@@ -59,6 +60,36 @@ test('URL forms: https only, no credentials, every spelling of a private IPv4 li
   t.throws(() => parseTarget('not a url', false), { instanceOf: TargetRefused });
   t.is(parseTarget(`https://${PUBLIC}/hook`, false).hostname, PUBLIC);
   t.is(parseTarget('http://127.0.0.1:3000/', true).port, '3000');
+});
+
+test('a resolution is refused past its deadline, and at most two system lookups run at once; a slot frees when its lookup ends, however late', async (t) => {
+  const answer = new Map<string, (found: Address[]) => void>();
+  const started: string[] = [];
+  // A name server that answers only when told to.
+  const inner: Resolver = (host) => {
+    started.push(host);
+    return new Promise((done) => answer.set(host, done));
+  };
+  const resolve = boundedResolver(inner, 200, 2);
+  const found: Address[] = [{ address: PUBLIC, family: 4 }];
+  const [a, b, c] = [resolve('a.test'), resolve('b.test'), resolve('c.test')];
+  t.deepEqual(started, ['a.test', 'b.test'], 'a third lookup waits for a slot');
+  answer.get('a.test')!(found);
+  t.deepEqual(await a, found);
+  t.deepEqual(started, ['a.test', 'b.test', 'c.test'], 'the slot a answered frees is taken');
+  // b and c never answer: each call is refused at its deadline, and both keep their slots.
+  await t.throwsAsync(b, { message: /b\.test took over 200 ms/ });
+  await t.throwsAsync(c, { message: /c\.test took over 200 ms/ });
+  const d = resolve('d.test');
+  await t.throwsAsync(d, { message: /took over 200 ms/ });
+  t.false(started.includes('d.test'), 'a lookup started while both slots were held');
+  // b's lookup ends after all: its slot is free again, and the next call starts at once.
+  answer.get('b.test')!([]);
+  await delay(0);
+  const e = resolve('e.test');
+  t.true(started.includes('e.test'));
+  answer.get('e.test')!(found);
+  t.deepEqual(await e, found);
 });
 
 test('registration refuses private targets (422 saying what the URL must be, never where it points); delivery re-checks after DNS and never connects to a rebound name', async (t) => {
