@@ -136,6 +136,12 @@ const BODY_CACHE_CHARS = 4 * 1024 * 1024;
 const REMOTE_ENDPOINTS_KEPT = 50_000;
 /** How long one DNS answer (checked) serves deliveries to its host. */
 const RESOLVE_CACHE_MS = 1000;
+/**
+ * How long a host's last checked addresses stay in use while a new resolution of it is under
+ * way or gets no answer (serve-stale, RFC 8767): deliveries to a host whose name servers fail go
+ * on to the addresses checked last, for up to this long, rather than waiting or failing.
+ */
+const STALE_MS = 5 * 60_000;
 /** Endpoints whose failing clock is kept; past it the oldest clock is forgotten (restarts later). */
 const MAX_FAILING = 100_000;
 
@@ -149,6 +155,8 @@ export class Dispatcher {
   private readonly bodies = new BoundedMap<string, string>(BODY_CACHE_CHARS);
   private readonly urls = new Map<string, URL>();
   private readonly resolved = new Map<string, Resolution>();
+  /** Each host's last addresses that passed the check, and when they were resolved. */
+  private readonly checked = new Map<string, { addresses: Address[]; at: number }>();
   private readonly failing = new Map<string, number>();
   /** When each endpoint last answered 2xx, as this process saw it. */
   private readonly succeeded = new Map<string, number>();
@@ -800,8 +808,11 @@ export class Dispatcher {
    * Where a delivery to `endpoint` connects: the URL and the first address its host resolves to,
    * all of them checked (CONTRACT §10), or why not. The check runs at each delivery; deliveries
    * within RESOLVE_CACHE_MS of each other share one resolution (a fan-out's thousand deliveries
-   * to one host, one DNS answer). So a DNS change reaches deliveries at most that late; whatever
-   * address is used was checked, and the request connects to it (actors/webhook-send.ts pins it).
+   * to one host, one DNS answer), and while the next one is under way they go to the addresses
+   * checked last. So a DNS change reaches deliveries that much and one resolution late, and a
+   * host whose name servers stop answering keeps its last checked addresses for STALE_MS; a
+   * resolution that refuses the host ends their use. Whatever address is used was checked, and
+   * the request connects to it (actors/webhook-send.ts pins it).
    */
   private targetOf(endpoint: EndpointRecord, now: number): Target | Promise<Target> {
     let url: URL;
@@ -819,9 +830,18 @@ export class Dispatcher {
       const entry: Resolution = {
         at: now,
         answer: resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(
-          (addresses) => (entry.settled = addresses),
+          (addresses) => {
+            if (this.checked.size >= 10_000) this.checked.clear();
+            this.checked.set(key, { addresses, at: now });
+            return (entry.settled = addresses);
+          },
           (err: unknown) => {
             if (!(err instanceof TargetRefused)) throw err;
+            // No answer at all: the addresses checked last, while they are recent enough.
+            const stale = err.unresolved ? this.staleOf(key, now) : undefined;
+            if (stale) return (entry.settled = stale);
+            // Refused for where it points: the addresses checked before are not used again.
+            if (!err.unresolved) this.checked.delete(key);
             // The tenant sees the attempt refused; which address it met is for the operator.
             this.host.log.warn({ endpointId: endpoint.id, reason: err.reason }, 'a webhook target was refused');
             return (entry.settled = `refused target: ${err.message}`);
@@ -840,7 +860,17 @@ export class Dispatcher {
     // turn, and the pool signs while this thread stores the deliveries.
     const settled = cached.settled;
     if (settled !== undefined) return typeof settled === 'string' ? settled : { url, addresses: settled };
+    // While a host is resolved again, its deliveries go on to the addresses checked last: a batch
+    // waits only for a host it has no recent answer for.
+    const stale = this.staleOf(key, now);
+    if (stale) return { url, addresses: stale };
     return cached.answer.then((addresses) => (typeof addresses === 'string' ? addresses : { url, addresses }));
+  }
+
+  /** The host's last checked addresses, unless they are older than STALE_MS. */
+  private staleOf(host: string, now: number): Address[] | undefined {
+    const last = this.checked.get(host);
+    return last && now - last.at < STALE_MS && now >= last.at ? last.addresses : undefined;
   }
 
   /** The endpoint's URL, parsed and checked once per version of the endpoint. */

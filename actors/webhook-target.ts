@@ -143,6 +143,8 @@ export class TargetRefused extends Error {
     message: string,
     /** The whole reason, address included: for the operator's log, never for the tenant. */
     readonly reason = message,
+    /** The host gave no address (its name servers failed or have none), rather than a refused one. */
+    readonly unresolved = false,
   ) {
     super(message);
   }
@@ -187,10 +189,10 @@ export async function resolveTarget(url: URL, resolver: Resolver, allowPrivate: 
     try {
       found = await resolver(host);
     } catch {
-      throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`);
+      throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`, true);
     }
   }
-  if (!found.length) throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`);
+  if (!found.length) throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`, true);
   if (!allowPrivate) {
     for (const a of found) {
       const why = refusedAddress(a.address);

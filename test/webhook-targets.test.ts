@@ -92,6 +92,39 @@ test('a resolution is refused past its deadline, and at most two system lookups 
   t.deepEqual(await e, found);
 });
 
+test('a host whose name servers stop answering, or fail, keeps its last checked address: deliveries neither wait nor fail', async (t) => {
+  let mode: 'answer' | 'silent' | 'fail' = 'answer';
+  let asked = 0;
+  const resolver: Resolver = (host) => {
+    asked++;
+    if (host !== 'flaky.test') return Promise.reject(new Error('ENOTFOUND'));
+    if (mode === 'silent') return new Promise(() => {}); // never answers (an injected resolver has no deadline)
+    if (mode === 'fail') return Promise.reject(new Error('ESERVFAIL'));
+    return Promise.resolve([{ address: '127.0.0.1', family: 4 }]);
+  };
+  const s = await startWebhookService({}, { resolver });
+  const r = await startReceiver();
+  try {
+    const c = await s.api.as('stale', WEBHOOK_SCOPES);
+    t.is((await c.post('/v1/webhook-endpoints', { endpointUrl: `http://flaky.test:${r.port}/hook`, eventTypes: ['order.created'] })).status, 201);
+    t.is((await c.post('/v1/orders', { currency: 'EUR' })).status, 201);
+    await until('the first delivery', () => r.got.length === 1);
+    // Last, the silence: a resolution that never settles stays the host's only one.
+    for (const next of ['fail', 'silent'] as const) {
+      mode = next;
+      const before = asked;
+      // Past the second a resolution is kept: the next delivery resolves the host again.
+      await delay(1_100);
+      t.is((await c.post('/v1/orders', { currency: 'EUR' })).status, 201);
+      await until(`a delivery while the name servers are ${next}`, () => r.got.length === (next === 'fail' ? 2 : 3), 5_000);
+      t.true(asked > before, 'the host was not resolved again');
+    }
+  } finally {
+    await r.close();
+    await s.close();
+  }
+});
+
 test('registration refuses private targets (422 saying what the URL must be, never where it points); delivery re-checks after DNS and never connects to a rebound name', async (t) => {
   let rebound = false;
   const resolver: Resolver = async (host) => {
