@@ -277,13 +277,13 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // answer is written it closes the socket at once.
     const refuse = (err: ApiError): void => {
       // Rendered by the gateway: charged to the caller, with the rate-limit fields.
-      closeLater(opts.refuse(request, err));
+      later(opts.refuse(request, err), true);
     };
-    const closeLater = (response: GatewayResponse): void => {
+    const later = (response: GatewayResponse, close: boolean): void => {
       exchange.watch();
       setImmediate(() => {
         try {
-          send(response, true);
+          send(response, close);
         } catch (err) {
           writeFailed(err);
         }
@@ -312,7 +312,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         answered = pipelineFailed(err);
       }
       if (!(answered instanceof Promise)) {
-        if (closesAfter(request.method, answered)) return closeLater(answered);
+        if (answersLater(request.method, answered)) return later(answered, false);
         // Still inside uWS's callback (the request's, or the body's last chunk's).
         try {
           writeResponse(res, request.method, answered, false, !clientCloses, exchange);
@@ -325,8 +325,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       // A later turn's answer, or the pipeline's failure to give one, written or logged.
       const deliver = (response: GatewayResponse | undefined, failure?: unknown): void => {
         try {
-          const r = response ?? pipelineFailed(failure);
-          send(r, closesAfter(request.method, r));
+          send(response ?? pipelineFailed(failure));
         } catch (err) {
           writeFailed(err);
         }
@@ -376,11 +375,11 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
 
 /**
  * A HEAD's answer has no body for endPaced to hold back, so a client sending HEADs past its rate
- * limit without reading the answers would pile its 429s up in our memory. That 429 closes the
- * connection instead, written on a later turn like the edge's own refusals: uWS drops the
- * connection if another request comes while it waits, and closes it once the answer is out.
+ * limit without reading the answers would pile its 429s up in our memory. That 429 is written on
+ * a later turn instead, like the edge's own refusals: uWS drops the connection if another request
+ * comes while it waits. A HEAD sent on its own gets its 429, with the GET's length, as any other.
  */
-function closesAfter(method: string, r: GatewayResponse): boolean {
+function answersLater(method: string, r: GatewayResponse): boolean {
   return r.status === 429 && method === 'HEAD';
 }
 
@@ -560,19 +559,18 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
 }
 
 /**
- * Whether this small answer is ended by endPaced: one in PACE_EVERY. tryEnd hands back a new
- * array, built through V8's API, which cost a GET 2.5k of its 32k instructions; end() costs none.
- * A backlog builds only over many answers, and the answers to one read of pipelined requests are
- * written one after another, so a client that reads none of them meets a paced answer within
- * PACE_EVERY answers of its backlog.
+ * Whether this small answer is ended by endPaced: one in PACE_EVERY, drawn at random. tryEnd
+ * hands back a new array, built through V8's API, which cost a GET 2.5k of its 32k instructions;
+ * end() costs none. Drawn, not counted: a counter shared by every connection could be kept in
+ * step by a client that sends one request between each fifteen of its own on another
+ * connection, so that its answers were never the checked ones. Drawn, a client that reads
+ * nothing escapes the check on n answers with odds of (15/16)^n: about one in 400,000 for 200.
  */
 function paceNow(): boolean {
-  paced = (paced + 1) % PACE_EVERY;
-  return paced === 0;
+  return Math.random() < 1 / PACE_EVERY;
 }
 
 const PACE_EVERY = 16;
-let paced = 0;
 
 /**
  * Ends the answer with what the socket takes now, and the rest as it drains. end() alone would
@@ -583,7 +581,7 @@ let paced = 0;
  * "not ready for another request yet"), so what waits on a connection is bounded by the socket
  * buffers and a few answers (paceNow). Answers without a body (204, 304, HEAD) cannot be held
  * back this way; past the caller's rate limit they are 429s, whose body holds them back (a
- * HEAD's closes: closesAfter).
+ * HEAD's waits a turn: answersLater).
  */
 function endPaced(res: uWS.HttpResponse, body: string | Buffer, exchange: Exchange): void {
   const start = res.getWriteOffset();
