@@ -831,8 +831,12 @@ export class Dispatcher {
         at: now,
         answer: resolveTarget(url, this.resolver, this.opts.allowPrivateTargets).then(
           (addresses) => {
-            if (this.checked.size >= 10_000) this.checked.clear();
-            this.checked.set(key, { addresses, at: now });
+            // Only the host's current resolution speaks for it: one overtaken by a later one
+            // (the cache cleared meanwhile) may not bring back what that one refused.
+            if (this.resolved.get(key) === entry) {
+              if (this.checked.size >= 10_000) this.checked.clear();
+              this.checked.set(key, { addresses, at: now });
+            }
             return (entry.settled = addresses);
           },
           (err: unknown) => {

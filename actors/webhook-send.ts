@@ -51,6 +51,8 @@ export class WebhookSender {
   private readonly agents = new Map<string, http.Agent>();
   private readonly targets = new Map<URL, { module: typeof http | typeof https; origin: string; options: http.RequestOptions }>();
   private readonly lookups = new Map<string, LookupFunction>();
+  /** Pools past the bound whose requests were still under way when they went (agentFor). */
+  private readonly retired = new Set<http.Agent>();
 
   constructor(private readonly opts: SenderOptions) {}
 
@@ -102,7 +104,9 @@ export class WebhookSender {
 
   close(): void {
     for (const a of this.agents.values()) a.destroy();
+    for (const a of this.retired) a.destroy();
     this.agents.clear();
+    this.retired.clear();
   }
 
   /** The request options of a URL (what `http.request(url)` would derive each time), and its module. */
@@ -169,6 +173,9 @@ export class WebhookSender {
       const [oldest, old] = this.agents.entries().next().value!;
       this.agents.delete(oldest);
       retire(old);
+      // Kept for close() while a request of theirs may be under way.
+      for (const a of this.retired) if (idle(a)) this.retired.delete(a);
+      if (!idle(old)) this.retired.add(old);
     }
     this.agents.set(origin, agent);
     return agent;
@@ -178,6 +185,10 @@ export class WebhookSender {
   get pools(): number {
     return this.agents.size;
   }
+}
+
+function idle(agent: http.Agent): boolean {
+  return Object.keys(agent.sockets).length === 0 && Object.keys(agent.requests).length === 0;
 }
 
 /** Closes a pool's idle sockets now and each busy one as its request ends (keeping none free). */

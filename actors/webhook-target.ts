@@ -143,7 +143,10 @@ export class TargetRefused extends Error {
     message: string,
     /** The whole reason, address included: for the operator's log, never for the tenant. */
     readonly reason = message,
-    /** The host gave no address (its name servers failed or have none), rather than a refused one. */
+    /**
+     * The host's name servers gave no answer (they failed, or did not answer in time), rather
+     * than one that refuses the host or says it does not exist.
+     */
     readonly unresolved = false,
   ) {
     super(message);
@@ -188,11 +191,13 @@ export async function resolveTarget(url: URL, resolver: Resolver, allowPrivate: 
   else {
     try {
       found = await resolver(host);
-    } catch {
-      throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`, true);
+    } catch (err) {
+      // ENOTFOUND and ENODATA are answers: the name, or an address for it, does not exist.
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`, code !== 'ENOTFOUND' && code !== 'ENODATA');
     }
   }
-  if (!found.length) throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`, true);
+  if (!found.length) throw new TargetRefused(NOT_PUBLIC, `the host ${host} does not resolve`);
   if (!allowPrivate) {
     for (const a of found) {
       const why = refusedAddress(a.address);

@@ -61,3 +61,20 @@ test('past its bound, the pool used longest ago goes; its request under way stil
     await Promise.all([slow, b, c].map((r) => r.close()));
   }
 });
+
+test('closing the sender ends the requests of a pool that went too', async (t) => {
+  const [slow, b] = await Promise.all([receiver(400), receiver(0)]);
+  const sender = new WebhookSender({ timeoutMs: 5_000, maxAgents: 1 });
+  try {
+    const underWay = sender.send(slow.url, LOOPBACK, {}, '{}');
+    await delay(50);
+    t.is((await sender.send(b.url, LOOPBACK, {}, '{}')).status, 200);
+    sender.close();
+    const ended = await underWay;
+    t.is(ended.status, null, 'the request outlived close()');
+    t.truthy(ended.error);
+  } finally {
+    sender.close();
+    await Promise.all([slow, b].map((r) => r.close()));
+  }
+});

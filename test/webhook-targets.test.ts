@@ -92,24 +92,28 @@ test('a resolution is refused past its deadline, and at most two system lookups 
   t.deepEqual(await e, found);
 });
 
-test('a host whose name servers stop answering, or fail, keeps its last checked address: deliveries neither wait nor fail', async (t) => {
-  let mode: 'answer' | 'silent' | 'fail' = 'answer';
+test('a host whose name servers stop answering, or fail, keeps its last checked address: deliveries neither wait nor fail; a host that no longer exists is refused', async (t) => {
+  let mode: 'answer' | 'silent' | 'fail' | 'gone' = 'answer';
   let asked = 0;
+  let release: (() => void) | undefined;
+  const noSuchHost = Object.assign(new Error('getaddrinfo ENOTFOUND flaky.test'), { code: 'ENOTFOUND' });
   const resolver: Resolver = (host) => {
     asked++;
-    if (host !== 'flaky.test') return Promise.reject(new Error('ENOTFOUND'));
-    if (mode === 'silent') return new Promise(() => {}); // never answers (an injected resolver has no deadline)
+    if (host !== 'flaky.test') return Promise.reject(noSuchHost);
+    // An injected resolver has no deadline: this one answers only when released.
+    if (mode === 'silent') return new Promise((_done, fail) => (release = () => fail(noSuchHost)));
     if (mode === 'fail') return Promise.reject(new Error('ESERVFAIL'));
+    if (mode === 'gone') return Promise.reject(noSuchHost);
     return Promise.resolve([{ address: '127.0.0.1', family: 4 }]);
   };
   const s = await startWebhookService({}, { resolver });
   const r = await startReceiver();
   try {
     const c = await s.api.as('stale', WEBHOOK_SCOPES);
-    t.is((await c.post('/v1/webhook-endpoints', { endpointUrl: `http://flaky.test:${r.port}/hook`, eventTypes: ['order.created'] })).status, 201);
+    const created = await c.post('/v1/webhook-endpoints', { endpointUrl: `http://flaky.test:${r.port}/hook`, eventTypes: ['order.created'] });
+    t.is(created.status, 201);
     t.is((await c.post('/v1/orders', { currency: 'EUR' })).status, 201);
     await until('the first delivery', () => r.got.length === 1);
-    // Last, the silence: a resolution that never settles stays the host's only one.
     for (const next of ['fail', 'silent'] as const) {
       mode = next;
       const before = asked;
@@ -119,6 +123,18 @@ test('a host whose name servers stop answering, or fail, keeps its last checked 
       await until(`a delivery while the name servers are ${next}`, () => r.got.length === (next === 'fail' ? 2 : 3), 5_000);
       t.true(asked > before, 'the host was not resolved again');
     }
+    // The silent resolution ends: the name does not exist. That is an answer, and the addresses
+    // checked before are not used again.
+    mode = 'gone';
+    release!();
+    await delay(1_100);
+    const order = await c.post('/v1/orders', { currency: 'EUR' });
+    t.is(order.status, 201);
+    await until('a refused attempt', async () => {
+      const page = await c.get(`/v1/webhook-endpoints/${created.json.id as string}/deliveries?limit=100`);
+      return (page.json.data as { eventId: string; attempts: { error: string | null }[] }[]).some((d) => d.attempts.some((a) => /must resolve only to public addresses/.test(a.error ?? '')));
+    });
+    t.is(r.got.length, 3, 'a delivery went to the address of a host that no longer exists');
   } finally {
     await r.close();
     await s.close();
