@@ -7,11 +7,19 @@ export type Logger = pino.Logger;
  * no request headers, and the redact list is a second guard for objects passed by mistake.
  */
 export function createLogger(level: string, name: string): Logger {
-  return pino({
-    name,
-    level,
-    redact: ['authorization', 'headers.authorization', '*.signingSecret', 'signingSecret', 'secret', '*.secret', 'secrets', '*.secrets'],
-  });
+  return pino(
+    {
+      name,
+      level,
+      redact: ['authorization', 'headers.authorization', '*.signingSecret', 'signingSecret', 'secret', '*.secret', 'secrets', '*.secrets'],
+    },
+    // Each line written as it is logged, not by an fs.write on libuv's threads a later turn
+    // completes: the process may end at once after its last line (exitNow kills itself), and a
+    // write still in flight went with it, now and then the fatal line of a storage failure
+    // (flushLogSync cannot finish a write already under way). The service logs a few lines a
+    // minute at most, none per request.
+    pino.destination({ dest: 1, sync: true }),
+  );
 }
 
 /** Writes out what the logger holds, before the process ends without its exit listeners. */
