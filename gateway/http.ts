@@ -534,9 +534,7 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
   // A short string goes to uWS as it is (at most 3 UTF-8 bytes a UTF-16 unit, so under the
   // small-body bound); copying it into a Buffer first would only add an allocation.
   if (typeof r.body === 'string' && r.body.length * 3 <= SMALL_BODY_BYTES && method !== 'HEAD') {
-    if (close) res.end(r.body, true);
-    else if (paceNow()) endPaced(res, r.body, exchange);
-    else res.end(r.body);
+    endBody(res, r.body, close, exchange);
     return;
   }
   if (method === 'HEAD' && close) {
@@ -553,8 +551,13 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
     res.endWithoutBody();
     return;
   }
+  endBody(res, body, close, exchange);
+}
+
+/** Ends the answer with its body: closing, paced (a large body always, a small one when drawn), or at once. */
+function endBody(res: uWS.HttpResponse, body: string | Buffer, close: boolean, exchange: Exchange): void {
   if (close) res.end(body, true);
-  else if (body.length > SMALL_BODY_BYTES || paceNow()) endPaced(res, body, exchange);
+  else if ((typeof body !== 'string' && body.length > SMALL_BODY_BYTES) || paceNow()) endPaced(res, body, exchange);
   else res.end(body);
 }
 
