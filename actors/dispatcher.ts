@@ -53,6 +53,8 @@ export interface DispatchOptions {
   remote?: Bus;
   /** Most deliveries in flight to one endpoint. */
   perEndpoint?: number;
+  /** Most fresh deliveries held in memory for busy endpoints, all of them together (tests lower it). */
+  maxHandedOver?: number;
   /** Signs deliveries (tests put one in that fails). */
   signer?: Signer;
 }
@@ -193,6 +195,8 @@ export class Dispatcher {
   private fullPassTimer: NodeJS.Timeout | undefined;
   /** Deliveries handed to a worker whose storing commit failed: the event's next fan-out makes them anew. */
   private readonly unstored = new WeakSet<DeliveryRecord>();
+  /** Fresh deliveries held by all workers together (`Worker.fresh`), bounded by MAX_HANDED_OVER. */
+  private handedOverCount = 0;
 
   constructor(
     private readonly store: Store,
@@ -398,7 +402,9 @@ export class Dispatcher {
     }
     if (this.closing) return kept;
     // Marks the deliveries it hands to workers as stored (version 1): they are, by this commit.
-    const jobs = this.freshBatch(woken);
+    // Endpoints some of whose deliveries were only stored, not held: their workers scan for them.
+    const overflow = new Map<string, string>();
+    const jobs = this.freshBatch(woken, overflow);
     const out = new Map<string, number>();
     const handed: DeliveryRecord[] = [];
     for (const { items } of woken.values()) {
@@ -431,6 +437,8 @@ export class Dispatcher {
       throw err;
     }
     for (const id of out.keys()) this.firstSettled(id, true);
+    // Woken only now: a scan started before this commit landed would not see them.
+    for (const [endpointId, tenant] of overflow) this.wake(endpointId, tenant);
     return kept;
   }
 
@@ -462,7 +470,7 @@ export class Dispatcher {
    * has at most `perEndpoint` deliveries in flight, from the batch or from its worker, never both.
    * What it hands over is marked stored (version 1): the caller stores it.
    */
-  private freshBatch(woken: Map<string, { endpoint: EndpointRecord; items: Item[] }>): Job[] {
+  private freshBatch(woken: Map<string, { endpoint: EndpointRecord; items: Item[] }>, overflow: Map<string, string>): Job[] {
     const perEndpoint = this.opts.perEndpoint ?? PER_ENDPOINT;
     const jobs: Job[] = [];
     let left = 0;
@@ -479,13 +487,13 @@ export class Dispatcher {
         this.workers.set(endpointId, w);
       }
       if (w.running) {
-        handOver(w, stored(items));
+        if (!this.handOver(w, stored(items))) overflow.set(endpointId, endpoint.tenant);
         w.again = true;
         continue;
       }
       // A timer the worker set for a later retry stays: the batch does not scan.
       w.running = true;
-      handOver(w, stored(items.slice(perEndpoint)));
+      if (!this.handOver(w, stored(items.slice(perEndpoint)))) overflow.set(endpointId, endpoint.tenant);
       const worker = w;
       left++;
       jobs.push({
@@ -573,14 +581,13 @@ export class Dispatcher {
     return (await this.endpointsOf(tenant)).find((e) => e.id === id);
   }
 
-  private wake(endpointId: string, tenant: string, fresh: DeliveryRecord[] = []): void {
+  private wake(endpointId: string, tenant: string): void {
     if (this.closing) return;
     let w = this.workers.get(endpointId);
     if (!w) {
       w = { tenant, running: false, again: false, timer: undefined, fresh: [] };
       this.workers.set(endpointId, w);
     }
-    handOver(w, fresh);
     clearTimeout(w.timer);
     w.timer = undefined;
     if (w.running) {
@@ -632,9 +639,30 @@ export class Dispatcher {
     }
   }
 
+  /**
+   * Hands new deliveries to a worker, within MAX_FRESH for it and MAX_HANDED_OVER for all; false
+   * when some were left out: stored, they are found by the worker's due scan.
+   */
+  private handOver(w: Worker, records: DeliveryRecord[]): boolean {
+    const room = Math.min(MAX_FRESH - w.fresh.length, (this.opts.maxHandedOver ?? MAX_HANDED_OVER) - this.handedOverCount);
+    const taken = room <= 0 ? 0 : Math.min(room, records.length);
+    if (taken > 0) {
+      w.fresh.push(...(taken < records.length ? records.slice(0, taken) : records));
+      this.handedOverCount += taken;
+    }
+    return taken === records.length;
+  }
+
+  /** Fresh deliveries held in memory for their workers, all endpoints together. */
+  get handedOver(): number {
+    return this.handedOverCount;
+  }
+
   /** The next deliveries the fan-out handed over, still pending as committed. */
   private freshOf(w: Worker): DeliveryRecord[] {
-    return w.fresh.splice(0, this.opts.perEndpoint ?? PER_ENDPOINT).flatMap((f) => {
+    const taken = w.fresh.splice(0, this.opts.perEndpoint ?? PER_ENDPOINT);
+    this.handedOverCount -= taken.length;
+    return taken.flatMap((f) => {
       // Not stored yet: its fan-out commit is on its way, and nothing can have tried it. Stored:
       // a scan may have found and tried it already.
       const d = this.deliveries.get(f.id);
@@ -646,6 +674,7 @@ export class Dispatcher {
   /** Due pending deliveries in due order; ms until the first is due; or undefined for none. */
   private dueOf(endpointId: string, w: Worker, now: number): DeliveryRecord[] | number | undefined {
     // The scan sees every pending delivery, the handed-over ones included.
+    this.handedOverCount -= w.fresh.length;
     w.fresh = [];
     const rows = this.store.scan(this.deliveries as Table<unknown>, { prefix: pendingPrefix(endpointId), after: undefined, reverse: false, limit: this.opts.perEndpoint ?? PER_ENDPOINT });
     if (!rows.length) return undefined;
@@ -1027,12 +1056,11 @@ export class Dispatcher {
 
 /** Most deliveries handed to one worker in memory; past it they wait in LMDB for the due scan. */
 const MAX_FRESH = 1024;
-
-/** Hands new deliveries to a worker, up to MAX_FRESH; the rest are found by its next due scan. */
-function handOver(w: Worker, records: DeliveryRecord[]): void {
-  const room = MAX_FRESH - w.fresh.length;
-  if (room > 0) w.fresh.push(...(records.length > room ? records.slice(0, room) : records));
-}
+/**
+ * Most handed to all workers together: many slow endpoints, each with its own MAX_FRESH, would
+ * otherwise hold millions of deliveries. Past it the rest wait in LMDB too.
+ */
+const MAX_HANDED_OVER = 16 * 1024;
 
 /** A fan-out pass that left events in the outbox because their endpoints' owner did not answer. */
 class WaitingForOwner extends Error {

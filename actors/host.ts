@@ -493,6 +493,11 @@ export class ActorHost implements ActorEndpoint {
     return this.refunds.active;
   }
 
+  /** Fresh webhook deliveries held in memory for busy endpoints' workers (the rest wait in LMDB). */
+  get heldDeliveries(): number {
+    return this.dispatcher?.handedOver ?? 0;
+  }
+
   /**
    * Starts jobs for unfinished operations this node owns that have none, while the runner has
    * room: from where the last pass stopped, wrapping around once, so operations that run or rest

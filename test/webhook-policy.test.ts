@@ -11,7 +11,7 @@ import { newSigningSecret, verifyWebhook } from '../common/webhook-signature.js'
 import type { Command } from '../proto/messages.js';
 import type { DeliveryRecord, EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
-import { deliveries, ok, startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
+import { deliveries, endpointCreate, ok, startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
 import { allPartitions } from '../common/partitions.js';
 
 const test = anyTest as TestFn<{ host: ActorHost; dir: string; r: Receiver }>;
@@ -254,4 +254,38 @@ test('after a rotation the old secret signs until its overlap ends, then only th
   await until('a delivery after the overlap', () => r.got.length >= 2);
   t.is(v1Count(1), 1, 'only the new secret signs after it');
   t.is(String(r.got[1]!.headers['webhook-signature']).split(' ').length, 1);
+});
+
+test('deliveries held in memory for busy endpoints stay within the bound for all of them; the rest wait in LMDB and all are delivered', async (t) => {
+  const dir = await tempDir('webhook-held');
+  // One in flight per endpoint, at most three held for all endpoints together.
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: ALL,
+    mailboxLimit: 100,
+    log: silentLog(),
+    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true, perEndpoint: 1, maxHandedOver: 3 },
+  });
+  const r = t.context.r;
+  r.answer = () => ({ status: 200, delayMs: 40 });
+  let most = 0;
+  const sampling = setInterval(() => (most = Math.max(most, host.heldDeliveries)), 2);
+  try {
+    const tenant = 'policy-held';
+    const endpoints = await Promise.all([1, 2, 3, 4].map((n) => ok<EndpointRecord>(host.handle(endpointCreate(tenant, `${r.url}/e${n}`)))));
+    // Eight events at once: each endpoint's first delivery goes out, the other seven wait for it.
+    await Promise.all(Array.from({ length: 8 }, () => order(host, tenant)));
+    await until('32 deliveries received', () => r.got.length >= 32, 20_000);
+    for (const e of endpoints) {
+      await until(`every delivery to ${e.id} stored as delivered`, async () => (await deliveries(host, tenant, e.id)).filter((d) => d.status === 'delivered').length === 8, 10_000);
+    }
+    t.is(new Set(r.got.map((g) => `${g.path} ${String(g.json.id)}`)).size, 32, 'each event reached each endpoint once');
+    t.true(most > 0, 'some deliveries were held');
+    t.true(most <= 3, `at most 3 held at once, saw ${most}`);
+    t.is(host.heldDeliveries, 0);
+  } finally {
+    clearInterval(sampling);
+    await host.close();
+    await removeDir(dir);
+  }
 });
