@@ -64,10 +64,14 @@ function pick(range: string, available: readonly string[]): string | undefined {
   const narrower = available.filter((a) => matches(range, a)).sort();
   if (narrower[0]) return narrower[0];
   const parts = range.split('-');
+  // Lengths are kept as subtags are dropped, and a prefix is joined and looked up only once it is
+  // short enough to be a tag: a range of many subtags costs its length, not its length squared.
+  let length = range.length;
   while (parts.length > 1) {
-    parts.pop();
+    length -= parts.pop()!.length + 1;
     // RFC 4647 §3.4: a single-letter subtag (an extension or private-use prefix) goes with what follows it.
-    if (parts.length > 1 && parts[parts.length - 1]!.length === 1) parts.pop();
+    if (parts.length > 1 && parts[parts.length - 1]!.length === 1) length -= parts.pop()!.length + 1;
+    if (length > LANGUAGE_TAG_MAX) continue;
     const shorter = parts.join('-');
     const hit = available.find((a) => a.toLowerCase() === shorter);
     if (hit) return hit;
@@ -75,14 +79,27 @@ function pick(range: string, available: readonly string[]): string | undefined {
   return undefined;
 }
 
-/** The language of `available` to serve for this Accept-Language header, or `fallback`. */
-export function negotiateLanguage(header: string | undefined, available: readonly string[], fallback: string): string {
-  if (header === undefined || header.trim() === '') return fallback;
+/** An Accept-Language header as read once per request: the ranges it excludes, and those it asks for, best first. */
+export interface AcceptedLanguages {
+  excluded: readonly Range[];
+  wanted: readonly Range[];
+}
+
+/** Reads the header; undefined when there is none (every article is served in its default language). */
+export function acceptedLanguages(header: string | undefined): AcceptedLanguages | undefined {
+  if (header === undefined || header.trim() === '') return undefined;
   const ranges = parse(header);
-  const excluded = ranges.filter((r) => r.q === 0 && r.range !== '*');
-  const allowed = available.filter((a) => !excluded.some((r) => matches(r.range, a)));
-  const wanted = ranges.filter((r) => r.q > 0).sort((a, b) => b.q - a.q);
-  for (const { range } of wanted) {
+  return {
+    excluded: ranges.filter((r) => r.q === 0 && r.range !== '*'),
+    wanted: ranges.filter((r) => r.q > 0).sort((a, b) => b.q - a.q),
+  };
+}
+
+/** The language of `available` to serve for what the request accepts, or `fallback`. */
+export function negotiateLanguage(accepted: AcceptedLanguages | undefined, available: readonly string[], fallback: string): string {
+  if (accepted === undefined) return fallback;
+  const allowed = accepted.excluded.length ? available.filter((a) => !accepted.excluded.some((r) => matches(r.range, a))) : available;
+  for (const { range } of accepted.wanted) {
     if (range === '*') {
       if (allowed.includes(fallback)) return fallback;
       if (allowed[0]) return allowed[0];

@@ -26,7 +26,7 @@ import {
   sortParam,
   variantOf,
 } from '../collection.js';
-import { LANGUAGE_TAG, LANGUAGE_TAG_MAX, canonicalLanguage, negotiateLanguage } from '../language.js';
+import { LANGUAGE_TAG, LANGUAGE_TAG_MAX, acceptedLanguages, canonicalLanguage, negotiateLanguage, type AcceptedLanguages } from '../language.js';
 import { cachedRendering } from '../representation.js';
 import { type Ctx, type JsonSchema, type Outcome, type QueryParam, type RouteDef, partitionForNew, guards, principalOf, route } from '../route.js';
 import { UNICODE_TEXT, collectionSchema, idParam, iso, linksSchema, problemResponses } from './common.js';
@@ -150,13 +150,18 @@ export function renderArticle(a: ArticleRecord, language: string, lq: string): R
   };
 }
 
-function languageOf(ctx: Ctx, a: ArticleRecord): string {
-  return negotiateLanguage(ctx.req.headers['accept-language'], Object.keys(a.translations), a.defaultLanguage);
+function languageOf(accepted: AcceptedLanguages | undefined, a: ArticleRecord): string {
+  return negotiateLanguage(accepted, Object.keys(a.translations), a.defaultLanguage);
+}
+
+/** The request's Accept-Language, read once however many articles it is matched against. */
+function acceptedBy(ctx: Ctx): AcceptedLanguages | undefined {
+  return acceptedLanguages(ctx.req.headers['accept-language']);
 }
 
 /** One article as this request gets it: in its negotiated language, tagged and cached per language. */
 function outcome(ctx: Ctx, a: ArticleRecord, reader: Reader, fields: Set<string> | undefined, status = 200, location?: string): Outcome {
-  const language = languageOf(ctx, a);
+  const language = languageOf(acceptedBy(ctx), a);
   const lq = linkQuery(reader);
   return {
     status,
@@ -237,7 +242,8 @@ export const articleRoutes: RouteDef[] = [
       const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor(tag ?? '', sortKey, last.v, last.record.id) : undefined);
       const lq = linkQuery(reader);
       const articles = rows.map((r) => r.record);
-      const languages = articles.map((a) => languageOf(ctx, a));
+      const accepted = acceptedBy(ctx);
+      const languages = articles.map((a) => languageOf(accepted, a));
       const members = articles.map((a, i) => {
         const language = languages[i]!;
         return cachedRendering(a.id, a.version, variantOf(fields, new Set(), `l=${language};q=${lq}`), () => project(renderArticle(a, language, lq), fields, new Set()));
