@@ -431,7 +431,7 @@ function parseBody(req: GatewayRequest, route: RouteDef, config: Config): unknow
     throw new ApiError('malformed-request', 'The body is not valid JSON.');
   }
   spec.precheck?.(body, config);
-  validateBody(spec.schema, body, spec.readOnly, raw.length);
+  validateBody(spec.schema, body, spec.readOnly ?? [], raw.length);
   return body;
 }
 

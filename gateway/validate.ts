@@ -99,8 +99,12 @@ function toFieldError(e: ErrorObject, readOnly: ReadonlySet<string>): FieldError
   }
 }
 
-/** Checks `body` (of `size` bytes on the wire) against `schema`; throws 422 naming the failures. */
-export function validateBody(schema: JsonSchema, body: unknown, readOnly: readonly string[] = [], size = 0): void {
+/**
+ * Checks `body` against `schema`; throws 422 naming the failures: every one when the request's
+ * body (`size` bytes on the wire) is small, the first otherwise, so listing them costs no more
+ * than parsing a body of the largest size allowed.
+ */
+export function validateBody(schema: JsonSchema, body: unknown, readOnly: readonly string[], size: number): void {
   const v = validators(schema);
   const fast = v.fast;
   if (fast(body)) return;

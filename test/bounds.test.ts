@@ -253,6 +253,27 @@ test('a large invalid body names its first failure; a small one names every fail
   t.regex(pi.detail ?? '', /the first 100 are listed/);
 });
 
+test('in a batch, the size of the whole request decides: operations of a large batch name their first failure, of a small one every failure', async (t) => {
+  const call = await as(t, freshTenant('big-batch'));
+  type Result = { status: number; problem?: { errors?: unknown[] } };
+  const reported = async (operations: unknown[]): Promise<number[]> => {
+    const res = await call({ method: 'POST', path: '/v1/orders/batch', body: { operations } });
+    t.is(res.status, 207, res.text);
+    return res.json<{ results: Result[] }>().results.map((r) => {
+      t.is(r.status, 422);
+      return r.problem?.errors?.length ?? 0;
+    });
+  };
+  // Three bad members in each of two operations: a small batch lists all three for each.
+  const bad = { method: 'POST', body: { currency: 'eur', note: 5, customerId: '' } };
+  t.deepEqual(await reported([bad, bad]), [3, 3]);
+  // Ten operations of 200 bad items each, over 64 KiB in all: each names only its first failure,
+  // as a single body of that size would.
+  const items = { method: 'POST', body: { currency: 'eur', items: Array.from({ length: 200 }, () => ({ productId: 'p', quantity: 0, extra: 'x'.repeat(20) })) } };
+  t.true(JSON.stringify({ operations: Array(10).fill(items) }).length > 64 * 1024);
+  t.deepEqual(await reported(Array(10).fill(items)), Array(10).fill(1));
+});
+
 test('a query naming one parameter many times lists it once, and at most 100 parameters are listed', async (t) => {
   const call = await as(t, freshTenant('query'));
   const repeated = await call({ method: 'GET', path: '/v1/orders', query: Array(1500).fill('a').join('&') });

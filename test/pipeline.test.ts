@@ -246,7 +246,7 @@ test('a body that is not valid UTF-8 is 400 malformed-request', async (t) => {
 
 test('a member failing two ways (type and enum) is one invalid member, named once', (t) => {
   const schema = { type: 'object', properties: { role: { type: 'string', enum: ['member', 'owner'] }, note: { type: 'string', maxLength: 3 } } };
-  const err = t.throws(() => validateBody(schema, { role: null, note: 'long' }), { instanceOf: ApiError });
+  const err = t.throws(() => validateBody(schema, { role: null, note: 'long' }, [], 30), { instanceOf: ApiError });
   t.deepEqual(err!.extra.errors?.map((e) => e.pointer), ['/role', '/note']);
   t.is(err!.detail, 'The body has 2 invalid members.');
 });

@@ -11,7 +11,7 @@ import type { JsonSchema } from '../gateway/route.js';
 /** The failures validateBody reports for `body`, [] when it passes. */
 function failures(schema: JsonSchema, body: unknown): { pointer?: string; detail: string }[] {
   try {
-    validateBody(schema, body);
+    validateBody(schema, body, [], 0);
     return [];
   } catch (err) {
     if (!(err instanceof ApiError)) throw err;

@@ -87,9 +87,10 @@ function within(index: number, err: ApiError, prefix: string): ApiError {
   return new ApiError(err.slug, err.detail, errors ? { errors } : {});
 }
 
-function check(index: number, raw: unknown, v2: boolean): { method: BatchMethod; id: string | undefined; ifMatch: string | undefined; body: Record<string, unknown> | undefined } {
+/** `size`: the whole request's bytes, which decides (as for any body) whether every failure is listed or the first. */
+function check(index: number, raw: unknown, v2: boolean, size: number): { method: BatchMethod; id: string | undefined; ifMatch: string | undefined; body: Record<string, unknown> | undefined } {
   try {
-    validateBody(operationSchema, raw);
+    validateBody(operationSchema, raw, [], size);
   } catch (err) {
     throw err instanceof ApiError ? within(index, err, '') : err;
   }
@@ -104,8 +105,8 @@ function check(index: number, raw: unknown, v2: boolean): { method: BatchMethod;
   if (op.method === 'POST' && op.ifMatch !== undefined) fail('/ifMatch', 'is only for PATCH and DELETE');
   if (op.body !== undefined) {
     try {
-      if (op.method === 'POST') validateBody(v2 ? createSchemaV2 : createSchema, op.body, READ_ONLY);
-      else validateBody(patchSchema, op.body, [...READ_ONLY, 'items']);
+      if (op.method === 'POST') validateBody(v2 ? createSchemaV2 : createSchema, op.body, READ_ONLY, size);
+      else validateBody(patchSchema, op.body, [...READ_ONLY, 'items'], size);
     } catch (err) {
       throw err instanceof ApiError ? within(index, err, '/body') : err;
     }
@@ -169,9 +170,10 @@ export const orderBatchRoute: RouteDef = route({
     // ---- check every operation on its own ----
     const checked: Checked[] = [];
     const existing = new Set<number>();
+    const size = ctx.req.body?.length ?? 0;
     body.operations.forEach((raw, index) => {
       try {
-        const op = check(index, raw, ctx.version === 'v2');
+        const op = check(index, raw, ctx.version === 'v2', size);
         if (op.method === 'POST') {
           const input = inputOf(op.body!);
           const itemsRaw = (op.body!.items as Record<string, unknown>[] | undefined) ?? [];
