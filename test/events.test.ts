@@ -68,6 +68,8 @@ test('order writes emit events carrying the full order; the list filters by type
   t.is(one.json.type, 'order.created');
 
   t.is((await c.get('/v1/events?type=nope')).status, 400);
+  // Names every object inherits are not event types either.
+  for (const name of ['constructor', '__proto__', 'toString', 'hasOwnProperty']) t.is((await c.get(`/v1/events?type=${name}`)).status, 400, name);
 });
 
 test('events are paged with a keyset cursor', async (t) => {

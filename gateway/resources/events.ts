@@ -65,7 +65,7 @@ export const eventRoutes: RouteDef[] = [
     response: collectionSchema(eventSchema),
     handle(ctx) {
       const type = ctx.query.get('type') ?? undefined;
-      if (type !== undefined && !(type in EVENT_TYPES)) throw invalidParameter('type', 'is not an event type (GET /v1/event-types)');
+      if (type !== undefined && !Object.hasOwn(EVENT_TYPES, type)) throw invalidParameter('type', 'is not an event type (GET /v1/event-types)');
       const v = ctx.version;
       return plainListPage(ctx, {
         kind: 'event.list',
