@@ -31,6 +31,11 @@ interface Range {
   q: number;
 }
 
+/** A range asked for, with lookup's truncations of it. */
+interface Wanted extends Range {
+  lookup: readonly string[];
+}
+
 function parse(header: string): Range[] {
   const out: Range[] = [];
   for (const entry of header.split(',').slice(0, MAX_RANGES)) {
@@ -58,31 +63,40 @@ function matches(range: string, tag: string): boolean {
 }
 
 /** The best of `available` for one range: an exact match, else a more specific tag, else lookup's truncation. */
-function pick(range: string, available: readonly string[]): string | undefined {
-  const exact = available.find((a) => a.toLowerCase() === range);
+function pick(range: Wanted, available: readonly string[]): string | undefined {
+  const exact = available.find((a) => a.toLowerCase() === range.range);
   if (exact) return exact;
-  const narrower = available.filter((a) => matches(range, a)).sort();
+  const narrower = available.filter((a) => matches(range.range, a)).sort();
   if (narrower[0]) return narrower[0];
-  const parts = range.split('-');
-  // Lengths are kept as subtags are dropped, and a prefix is joined and looked up only once it is
-  // short enough to be a tag: a range of many subtags costs its length, not its length squared.
-  let length = range.length;
-  while (parts.length > 1) {
-    length -= parts.pop()!.length + 1;
-    // RFC 4647 §3.4: a single-letter subtag (an extension or private-use prefix) goes with what follows it.
-    if (parts.length > 1 && parts[parts.length - 1]!.length === 1) length -= parts.pop()!.length + 1;
-    if (length > LANGUAGE_TAG_MAX) continue;
-    const shorter = parts.join('-');
+  for (const shorter of range.lookup) {
     const hit = available.find((a) => a.toLowerCase() === shorter);
     if (hit) return hit;
   }
   return undefined;
 }
 
+/**
+ * Lookup's truncations of a range (RFC 4647 §3.4), longest first, from the first one short enough
+ * to be a tag: lengths are kept as subtags are dropped and only those prefixes are joined, so a
+ * range of many subtags costs its length, once per request, not its length squared per article.
+ */
+function truncations(range: string): string[] {
+  const out: string[] = [];
+  const parts = range.split('-');
+  let length = range.length;
+  while (parts.length > 1) {
+    length -= parts.pop()!.length + 1;
+    // A single-letter subtag (an extension or private-use prefix) goes with what follows it.
+    if (parts.length > 1 && parts[parts.length - 1]!.length === 1) length -= parts.pop()!.length + 1;
+    if (length <= LANGUAGE_TAG_MAX) out.push(parts.join('-'));
+  }
+  return out;
+}
+
 /** An Accept-Language header as read once per request: the ranges it excludes, and those it asks for, best first. */
 export interface AcceptedLanguages {
   excluded: readonly Range[];
-  wanted: readonly Range[];
+  wanted: readonly Wanted[];
 }
 
 /** Reads the header; undefined when there is none (every article is served in its default language). */
@@ -91,7 +105,10 @@ export function acceptedLanguages(header: string | undefined): AcceptedLanguages
   const ranges = parse(header);
   return {
     excluded: ranges.filter((r) => r.q === 0 && r.range !== '*'),
-    wanted: ranges.filter((r) => r.q > 0).sort((a, b) => b.q - a.q),
+    wanted: ranges
+      .filter((r) => r.q > 0)
+      .sort((a, b) => b.q - a.q)
+      .map((r) => ({ ...r, lookup: r.range === '*' ? [] : truncations(r.range) })),
   };
 }
 
@@ -99,13 +116,13 @@ export function acceptedLanguages(header: string | undefined): AcceptedLanguages
 export function negotiateLanguage(accepted: AcceptedLanguages | undefined, available: readonly string[], fallback: string): string {
   if (accepted === undefined) return fallback;
   const allowed = accepted.excluded.length ? available.filter((a) => !accepted.excluded.some((r) => matches(r.range, a))) : available;
-  for (const { range } of accepted.wanted) {
-    if (range === '*') {
+  for (const wanted of accepted.wanted) {
+    if (wanted.range === '*') {
       if (allowed.includes(fallback)) return fallback;
       if (allowed[0]) return allowed[0];
       continue;
     }
-    const hit = pick(range, allowed);
+    const hit = pick(wanted, allowed);
     if (hit) return hit;
   }
   return fallback;
