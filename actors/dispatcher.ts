@@ -28,8 +28,9 @@ import type { Bus } from '../common/bus.js';
 import { derivedId, partitionFor } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import { signatureHeaders, type SignTask } from '../common/webhook-signature.js';
+import { gatherPage } from '../gateway/collection.js';
 import { eventBody } from '../gateway/resources/event-data.js';
-import type { Command, ListPage, Result } from '../proto/messages.js';
+import type { Command, Query, Result } from '../proto/messages.js';
 import type { DeliveryAttempt, DeliveryRecord, EndpointRecord, EventRecord, OutboxEntry } from '../proto/webhooks.js';
 import type { Store, Table, Write } from '../storage/store.js';
 import { EVENTS, OUTBOX } from './events.js';
@@ -560,15 +561,17 @@ export class Dispatcher {
     const cached = this.remoteCache.get(tenant);
     if (cached && this.host.now() - cached.at < ENDPOINT_CACHE_MS) return cached.endpoints;
     if (!this.opts.remote) throw new Error(`no owner for the endpoints of partition ${partition}`);
-    const answers = await this.opts.remote.scatter({
-      kind: 'webhook.list',
-      query: { tenant, filter: undefined, sort: 'createdAt', dir: 'asc', after: undefined, limit: MAX_ENDPOINTS_PER_TENANT, withChildren: true },
-    });
-    const endpoints: EndpointRecord[] = [];
-    for (const a of answers) {
-      if (!a.ok) throw new Error(`the owner of partition ${partition} did not answer: ${a.error.detail}`);
-      for (const row of (a.value as ListPage<EndpointRecord>).rows) endpoints.push(row.record);
-    }
+    // Asked again past a page its owner cut to fit its reply (gatherPage), so none is left out.
+    const remote = this.opts.remote;
+    const owners = {
+      gather: async (q: Query): Promise<unknown[]> =>
+        (await remote.scatter(q)).map((a) => {
+          if (!a.ok) throw new Error(`the owner of partition ${partition} did not answer: ${a.error.detail}`);
+          return a.value;
+        }),
+    };
+    const page = await gatherPage<EndpointRecord>(owners, 'webhook.list', { tenant, filter: undefined, sort: 'createdAt', dir: 'asc', after: undefined, limit: MAX_ENDPOINTS_PER_TENANT, withChildren: true });
+    const endpoints = page.rows.map((row) => row.record);
     this.remoteCache.set(tenant, { at: this.host.now(), endpoints }, endpoints.length + 1);
     return endpoints;
   }

@@ -22,7 +22,9 @@ import {
   type LateResults,
   type LateTo,
   type WireReply,
+  type WireRequest,
 } from './nats-wire.js';
+import { fitReply } from './reply-fit.js';
 import type { Command, Result } from '../proto/messages.js';
 
 export interface ActorServerOptions {
@@ -105,8 +107,7 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
   /** Writes whose results go out late, after their message was answered. */
   const lateWork = new Set<Promise<void>>();
 
-  async function answer(msg: Msg): Promise<WireReply> {
-    const req = decodeRequest(msg.data);
+  async function answer(req: WireRequest): Promise<WireReply> {
     if ('query' in req) {
       stats.queries++;
       return { results: [await guarded(() => endpoint.query(req.query))] };
@@ -181,19 +182,22 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
   async function serve(msg: Msg): Promise<void> {
     const started = performance.now();
     stats.messages++;
+    let req: WireRequest | undefined;
     let reply: WireReply;
     try {
-      reply = await answer(msg);
+      req = decodeRequest(msg.data);
+      reply = await answer(req);
     } catch (err) {
       stats.errors++;
       log(`unreadable request on ${subject}: ${err instanceof Error ? err.message : String(err)}`);
       reply = { error: FAILED };
     }
     try {
-      msg.respond(packr.pack(reply));
+      const packed = packr.pack(reply);
+      if (packed.length <= maxPayload()) msg.respond(packed);
+      else respondFitted(msg, reply, req);
     } catch (err) {
-      // A result that cannot be encoded, or a reply past NATS max_payload (raise it on the server
-      // if batches of large records hit this). The commands have run; the gateway answers 500.
+      // A result that cannot be encoded. The commands have run; the gateway answers 500.
       stats.errors++;
       log(`could not reply on ${subject}: ${err instanceof Error ? err.message : String(err)}`);
       try {
@@ -203,6 +207,31 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
       }
     }
     stats.processingMs += performance.now() - started;
+  }
+
+  function maxPayload(): number {
+    return nc.info?.max_payload ?? 1024 * 1024;
+  }
+
+  /** A reply over max_payload: what fits (common/reply-fit.ts), then the rest as late results. */
+  function respondFitted(msg: Msg, reply: WireReply, req: WireRequest | undefined): void {
+    const fitted = fitReply(reply, req, maxPayload());
+    if (fitted.dropped) {
+      stats.errors += fitted.dropped;
+      log(`${fitted.dropped} results on ${subject} are larger than NATS max_payload (${maxPayload()} bytes) and were answered as failed; raise max_payload`);
+    }
+    msg.respond(packr.pack(fitted.reply));
+    const to = req && 'commands' in req ? req.late?.to : undefined;
+    if (to === undefined) return;
+    for (const late of fitted.late) {
+      try {
+        nc.publish(to, packr.pack(late));
+      } catch (err) {
+        // The gateway's deadline answers for them.
+        stats.errors++;
+        log(`could not send late results to ${to}: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
   }
 
   const inFlight = new Set<Promise<void>>();

@@ -318,7 +318,7 @@ export class NatsBus implements Bus {
   private async query(subject: string, q: Query): Promise<Result<unknown>> {
     const refused = this.refusal();
     if (refused) return refused;
-    const payload = encode({ v: 1, query: q });
+    const payload = encode({ v: 1, query: q, cuts: true });
     if (!payload) return UNENCODABLE;
     if (payload.length > this.maxPayload()) return TOO_LARGE;
     this.inFlight++;

@@ -34,7 +34,11 @@ export const packr = new Packr({ mapsAsObjects: true });
  * node) or exactly one query. `v` lets a later version add fields (a lease epoch for fencing)
  * that old nodes can refuse instead of misreading.
  */
-export type WireRequest = { v: 1; commands: Command[]; late?: LateTo } | { v: 1; query: Query };
+/**
+ * `cuts` on a query: the gateway reads ListPage.cut, so a page too large for one reply may be cut
+ * short rather than failed (a gateway of the earlier release would take it for the whole page).
+ */
+export type WireRequest = { v: 1; commands: Command[]; late?: LateTo } | { v: 1; query: Query; cuts?: true };
 
 /**
  * Where a node may send the results of commands still running when it answers: the gateway's
@@ -125,7 +129,7 @@ export function decodeRequest(data: Uint8Array): WireRequest {
     const valid = isObject(late) && typeof late.to === 'string' && late.to.length > 0 && Number.isInteger(late.xid);
     return { v: 1, commands: req.commands as Command[], ...(valid ? { late: { to: late.to as string, xid: late.xid as number } } : {}) };
   }
-  if (isObject(req.query) && typeof req.query.kind === 'string') return { v: 1, query: req.query as Query };
+  if (isObject(req.query) && typeof req.query.kind === 'string') return { v: 1, query: req.query as Query, ...(req.cuts === true ? { cuts: true as const } : {}) };
   throw new Error('request carries neither commands nor a query');
 }
 

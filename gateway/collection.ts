@@ -4,7 +4,7 @@
 
 import { Buffer } from 'node:buffer';
 import { ApiError } from '../common/errors.js';
-import type { ListPage, ListQuery, SortDir } from '../proto/messages.js';
+import type { ListPage, ListQuery, Query, SortDir } from '../proto/messages.js';
 import type { QueryParam } from './route.js';
 
 export const DEFAULT_LIMIT = 20;
@@ -152,17 +152,54 @@ export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey:
   return { v: body.v, id: body.i };
 }
 
+type Row<T> = { v: number | string; record: T };
+
 /**
  * Merges the owners' slices (each already in index order, each up to limit+1 long) into one
- * page; there is more when any slice had more than the page takes.
+ * page; there is more when any slice had more than the page takes. A slice its owner cut short
+ * to fit its reply (ListPage.cut) ends the page at its last row (`cut`): that owner may hold rows
+ * between it and the other slices' later rows, which a query starting there gets.
  */
-export function mergePages<T extends { id: string }>(pages: ListPage<T>[], dir: SortDir, limit: number): { rows: { v: number | string; record: T }[]; hasMore: boolean } {
+export function mergePages<T extends { id: string }>(pages: ListPage<T>[], dir: SortDir, limit: number): { rows: Row<T>[]; hasMore: boolean; cut: boolean } {
   const all = pages.flatMap((p) => p.rows);
   if (pages.length > 1) {
     const sign = dir === 'asc' ? 1 : -1;
     all.sort((a, b) => sign * (compare(a.v, b.v) || compare(a.record.id, b.record.id)));
   }
-  return { rows: all.slice(0, limit), hasMore: all.length > limit };
+  let end = Math.min(limit, all.length);
+  let cut = false;
+  for (const p of pages) {
+    const last = p.cut ? p.rows[p.rows.length - 1] : undefined;
+    if (!last) continue;
+    const at = all.indexOf(last) + 1;
+    if (at <= end) {
+      end = at;
+      cut = true;
+    }
+  }
+  return { rows: all.slice(0, end), hasMore: cut || all.length > limit, cut };
+}
+
+/** The kinds of query answered with list pages. */
+type ListKind = Extract<Query, { query: ListQuery }>['kind'];
+
+/**
+ * One page of a list from every owner (mergePages). Where an owner cut its slice to fit its reply,
+ * the owners are asked again from the cut on, until the page holds `limit` rows or there are no
+ * more: a page is short only when it is the last, in cluster mode as in embedded mode.
+ */
+export async function gatherPage<T extends { id: string }>(bus: { gather(q: Query): Promise<unknown[]> }, kind: ListKind, query: ListQuery): Promise<{ rows: Row<T>[]; hasMore: boolean }> {
+  const rows: Row<T>[] = [];
+  let q = query;
+  for (;;) {
+    // The kind decides the record type; the caller names both, so this cast is where they meet.
+    const pages = (await bus.gather({ kind, query: q } as Query)) as ListPage<T>[];
+    const merged = mergePages(pages, q.dir, q.limit);
+    rows.push(...merged.rows);
+    const last = rows[rows.length - 1];
+    if (!merged.cut || !last || rows.length >= query.limit) return { rows, hasMore: merged.hasMore };
+    q = { ...q, after: { v: last.v, id: last.record.id }, limit: query.limit - rows.length };
+  }
 }
 
 // The same order LMDB's ordered-binary keys use: numbers before strings, strings by UTF-8 bytes.

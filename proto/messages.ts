@@ -195,9 +195,10 @@ export interface Guarded {
 export type SortDir = 'asc' | 'desc';
 
 /**
- * Upper bound on the encoded reply to one command. The schemas bound every record (100 items an
- * order, 50 metadata values of 500 characters), and the NATS bus sizes each coalesced message so
- * its reply fits the server's max_payload.
+ * What the NATS bus reckons the encoded reply to one command takes, when it sizes each coalesced
+ * message so its reply fits the server's max_payload. Most records are far smaller; one as large
+ * as the schemas allow (50 metadata values of 500 characters, at four bytes a character) is
+ * larger, and a node sends what does not fit its reply after it (common/reply-fit.ts).
  */
 export const MAX_REPLY_BYTES = 64 * 1024;
 
@@ -414,9 +415,14 @@ export interface ReplyMap extends WebhookReplies {
   'usage.read': UsageRow[];
 }
 
-/** One node's slice of a list: up to limit+1 records in index order, each with its sort value. */
+/**
+ * One node's slice of a list: up to limit+1 records in index order, each with its sort value.
+ * `cut`: the node left out the rows after these to fit its reply into NATS max_payload, though
+ * it has more; a merged page may not go past the last row here (gateway/collection.ts).
+ */
 export interface ListPage<T> {
   rows: { v: number | string; record: T }[];
+  cut?: true;
 }
 
 /**

@@ -188,6 +188,54 @@ test('every command of a message carries what is left of its deadline as budgetM
   t.is(node.stats().messages, 1, 'the three travelled as one message');
 });
 
+/**
+ * Answers as large as the records the schemas allow can be: a command's result is `size` bytes
+ * of text named by its id (`big_<bytes>`), and a list is 20 rows of 100 KB each.
+ */
+function largeEndpoint(): ActorEndpoint {
+  return {
+    handle(cmd) {
+      const id = 'id' in cmd ? String(cmd.id) : '';
+      const size = Number(/^big_(\d+)/.exec(id)?.[1] ?? 0);
+      return Promise.resolve({ ok: true, value: { id, text: 'x'.repeat(size) } });
+    },
+    query() {
+      const rows = Array.from({ length: 20 }, (_, i) => ({ v: i, record: { id: `ord_${i}`, text: 'x'.repeat(100_000) } }));
+      return Promise.resolve({ ok: true, value: { rows } });
+    },
+  };
+}
+
+test('answers too large together for one reply arrive whole: those over max_payload follow the reply, a list page is cut short and says so', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const node = await serveActorsOverNats(nats.url, largeEndpoint(), { nodeId: 'large', partitions: ALL });
+  t.teardown(() => node.close());
+  const bus = await connectNatsBus(nats.url, { timeoutMs: 3000 });
+  t.teardown(() => bus.close());
+  t.true(await bus.waitForOwners(ALL, 5000));
+  // One message (the cap is 16 at the server's 1 MiB): 3.2 MB of results. Nothing was sent and
+  // every command was answered `internal` before.
+  const cap = Math.floor((1024 * 1024) / MAX_REPLY_BYTES);
+  const sent = Array.from({ length: cap }, (_, i) => get(4, `big_200000_${i}`));
+  const results = await Promise.all(sent.map((cmd) => bus.send(cmd)));
+  t.is(node.stats().messages, 1);
+  results.forEach((r, i) => {
+    const v = valueOf(r) as { id?: string; text?: string };
+    t.is(v.id, `big_200000_${i}`, JSON.stringify(r).slice(0, 200));
+    t.is(v.text?.length, 200_000);
+  });
+  // One answer over max_payload on its own cannot be sent: it alone fails, the others arrive.
+  const mixed = await Promise.all([get(4, 'big_2000000'), get(4, 'big_10'), get(4, 'big_300000')].map((cmd) => bus.send(cmd)));
+  t.deepEqual(mixed.map((r) => (r.ok ? 'ok' : r.error.code)), ['internal', 'ok', 'ok']);
+  // 2 MB of rows: those that fit, marked cut; the gateway pages on from the last of them.
+  const [page] = await bus.scatter({ kind: 'order.list', query: { tenant: 't1', filter: undefined, sort: 'createdAt', dir: 'asc', after: undefined, limit: 19, withChildren: false } });
+  const value = valueOf(page) as { rows: { v: number }[]; cut?: boolean };
+  t.true(value.cut);
+  t.true(value.rows.length >= 5 && value.rows.length < 11, `${value.rows.length} rows`);
+  t.deepEqual(value.rows.map((r) => r.v), [...value.rows.keys()]);
+});
+
 test('a node killed without a word is answered "no owner" at once, from the server, not at the deadline', async (t) => {
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());

@@ -15,7 +15,7 @@ import {
   encodeCursor,
   fieldsParam,
   invalidParameter,
-  mergePages,
+  gatherPage,
   pageFingerprint,
   pageLinks,
   pageText,
@@ -236,8 +236,7 @@ export const articleRoutes: RouteDef[] = [
       const fields = parseFields(ctx.query, ARTICLE_FIELDS);
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
       const after = decodeCursor(ctx.query, tag ?? '', sortKey, 'number');
-      const pages = await ctx.bus.gather({ kind: 'article.list', query: { tenant: reader.tenant, filter: tag, sort, dir, after, limit, withChildren: true } });
-      const { rows, hasMore } = mergePages(pages, dir, limit);
+      const { rows, hasMore } = await gatherPage<ArticleRecord>(ctx.bus, 'article.list', { tenant: reader.tenant, filter: tag, sort, dir, after, limit, withChildren: true });
       const last = rows[rows.length - 1];
       const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor(tag ?? '', sortKey, last.v, last.record.id) : undefined);
       const lq = linkQuery(reader);

@@ -2,8 +2,7 @@
 
 import { ApiError, PROBLEMS, type ProblemSlug } from '../../common/errors.js';
 import { parseId, partitionOf, type IdKind } from '../../common/ids.js';
-import type { ListPage } from '../../proto/messages.js';
-import { decodeCursor, encodeCursor, mergePages, pageFingerprint, pageLinks, pageText, parseFields, parseLimit, parseSort, project, variantOf } from '../collection.js';
+import { decodeCursor, encodeCursor, gatherPage, pageFingerprint, pageLinks, pageText, parseFields, parseLimit, parseSort, project, variantOf } from '../collection.js';
 import { cachedRendering } from '../representation.js';
 import { type Ctx, type JsonSchema, type Outcome, principalOf } from '../route.js';
 
@@ -154,9 +153,7 @@ export async function plainListPage<T extends { id: string; version: number }>(
   const fields = parseFields(ctx.query, opts.fields);
   const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
   const after = decodeCursor(ctx.query, filterKey, sortKey, opts.stringSorts.includes(sort) ? 'string' : 'number');
-  // The kind decides the record type; the caller names both, so this cast is where they meet.
-  const pages = (await ctx.bus.gather({ kind: opts.kind, query: { tenant, filter: opts.filter, sort, dir, after, limit, withChildren: false } })) as unknown as ListPage<T>[];
-  const { rows, hasMore } = mergePages(pages, dir, limit);
+  const { rows, hasMore } = await gatherPage<T>(ctx.bus, opts.kind, { tenant, filter: opts.filter, sort, dir, after, limit, withChildren: false });
   const last = rows[rows.length - 1];
   const links = pageLinks(opts.base, ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
   const variant = variantOf(fields, new Set(), opts.variant);

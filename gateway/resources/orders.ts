@@ -12,7 +12,7 @@ import {
   expandParam,
   fieldsParam,
   invalidParameter,
-  mergePages,
+  gatherPage,
   pageFingerprint,
   pageLinks,
   pageText,
@@ -387,8 +387,7 @@ export const orderRoutes: RouteDef[] = [
       const filterKey = `status=${status ?? ''}`;
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
       const after = decodeCursor(ctx.query, filterKey, sortKey, 'number');
-      const pages = await ctx.bus.gather({ kind: 'order.list', query: { tenant, filter: status, sort, dir, after, limit, withChildren: expand.has('items') } });
-      const { rows, hasMore } = mergePages(pages, dir, limit);
+      const { rows, hasMore } = await gatherPage<OrderRecord>(ctx.bus, 'order.list', { tenant, filter: status, sort, dir, after, limit, withChildren: expand.has('items') });
       const orders = rows.map((r) => r.record);
       const products = await expansionProducts(ctx, orders, expand);
       const last = rows[rows.length - 1];

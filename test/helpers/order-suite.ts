@@ -721,6 +721,31 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     t.true(paid.pages.every((pg) => pg._links.next === undefined || pg._links.next.href.includes('status=paid')), 'next keeps the filter');
   });
 
+  test('lists: orders as large as the limits allow are listed whole and paged, and read together, in cluster mode too', async (t) => {
+    // 50 metadata values of 500 four-byte characters: about 110 KB an order, more than the 64 KB
+    // a command's answer was assumed to take; the twelve or so on each actor node are more than
+    // the 1 MiB a NATS reply carries by default (the test server's).
+    const c = await tenant(t, 'lbig');
+    const metadata = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`key${i}`, '😀'.repeat(500)]));
+    const made = await Promise.all(Array.from({ length: 24 }, () => createOrder(t, c, { metadata })));
+    const all = sorted(made.map((m) => m.id));
+    const whole = await listAll(t, c, '');
+    t.deepEqual(sorted(whole.map((o) => o.id as string)), all);
+    t.true(whole.every((o) => (o.metadata as Record<string, string>).key49 === '😀'.repeat(500)));
+    const { ids, pages } = await walk(t, c, '/v1/orders?limit=5', 5);
+    t.deepEqual(
+      pages.map((pg) => pg.data.length),
+      [5, 5, 5, 5, 4],
+    );
+    t.deepEqual(sorted(ids), all);
+    const got = await Promise.all(made.map((m) => c.get(m.href)));
+    t.deepEqual(
+      got.map((g) => g.status),
+      made.map(() => 200),
+    );
+    t.true(got.every((g) => g.json.metadata.key0 === '😀'.repeat(500)));
+  });
+
   test('lists: bad limit, sort, status or cursor is 400 invalid-parameter naming the parameter', async (t) => {
     const c = await tenant(t, 'lbad');
     const cases: [string, string][] = [
