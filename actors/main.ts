@@ -12,7 +12,7 @@ import { serveActorsOverNats } from '../common/nats-actor-server.js';
 import { parsePartitions, toRanges } from '../common/partitions.js';
 import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
-import { connectNatsBus } from '../common/nats-bus.js';
+import { startNatsBus } from '../common/nats-bus.js';
 import { dispatchOptions } from '../gateway/webhook-wiring.js';
 import { Authenticator } from '../gateway/auth.js';
 import type { OperatorServer } from '../gateway/operator.js';
@@ -24,7 +24,7 @@ async function main(): Promise<void> {
   const partitions = parsePartitions(config.actorPartitions);
   const nodeId = config.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 40)}-${process.pid}`;
   // The dispatcher reads endpoints of tenants whose partition another node owns over the bus.
-  const remote = await connectNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m) });
+  const remote = await startNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m), warn: (m) => log.warn(m) });
   const host = new ActorHost({
     dataDir: actorDataDir(config),
     partitions: new Set(partitions),
@@ -33,7 +33,8 @@ async function main(): Promise<void> {
     ...dispatchOptions(config, log, {}, remote),
   });
   await host.ready;
-  const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m) });
+  // Started while NATS is down, the node waits for it, and serves once it is up.
+  const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m), warn: (m) => log.warn(m) });
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
   // Health and node status on the operator plane (ADMIN_GRPC_PORT); operator calls need the
   // gateways' AUTH_JWT_SECRET to verify admin tokens, health checks need nothing.

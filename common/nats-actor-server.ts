@@ -4,7 +4,9 @@
 // and always reply, so a gateway never waits out its deadline because of a bug here.
 
 import { performance } from 'node:perf_hooks';
-import { connect, Events, type Msg, type NatsConnection } from 'nats';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { connect, Events, type ConnectionOptions, type Msg, type NatsConnection } from 'nats';
+import { unreachable } from './nats-bus.js';
 import type { ActorEndpoint } from './bus.js';
 import type { WireError } from './errors.js';
 import { isPartition, toRanges } from './partitions.js';
@@ -32,6 +34,8 @@ export interface ActorServerOptions {
   nodeId: string;
   partitions: number[];
   log?: (msg: string) => void;
+  /** Where it says that NATS could not be reached at start, and that it waits (default: `log`). */
+  warn?: (msg: string) => void;
 }
 
 export interface ActorServerStats {
@@ -74,15 +78,18 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
   const subject = nodeSubject(nodeId);
   const stats: ActorServerStats = { messages: 0, commands: 0, queries: 0, errors: 0, processingMs: 0 };
 
-  const nc: NatsConnection = await connect({
-    servers: url,
-    name: `actor-${nodeId}`,
-    reconnect: true,
-    maxReconnectAttempts: -1,
-    reconnectTimeWait: RECONNECT_WAIT_MS,
-    // No Error captured per request for async stack traces: it costs more than the request.
-    noAsyncTraces: true,
-  });
+  const nc = await connectWhenUp(
+    {
+      servers: url,
+      name: `actor-${nodeId}`,
+      reconnect: true,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: RECONNECT_WAIT_MS,
+      // No Error captured per request for async stack traces: it costs more than the request.
+      noAsyncTraces: true,
+    },
+    opts.warn ?? log,
+  );
 
   async function guarded(work: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
     try {
@@ -283,4 +290,20 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
         if (!nc.isClosed()) await nc.close();
       })()),
   };
+}
+
+/**
+ * Connects once NATS answers: a node started during an outage waits for it (tried every
+ * RECONNECT_WAIT_MS, said once) rather than exit. A bad URL or credentials still fail at once.
+ */
+async function connectWhenUp(options: ConnectionOptions, warn: (msg: string) => void): Promise<NatsConnection> {
+  for (let waiting = false; ; waiting = true) {
+    try {
+      return await connect(options);
+    } catch (err) {
+      if (!unreachable(err)) throw err;
+      if (!waiting) warn(`cannot reach NATS at ${String(options.servers)} (${err instanceof Error ? err.message : String(err)}); waiting for it`);
+      await sleep(RECONNECT_WAIT_MS);
+    }
+  }
 }

@@ -38,6 +38,8 @@ export interface NatsBusOptions {
   maxBatch?: number;
   /** Most commands and queries queued or awaiting a reply; beyond it the bus answers unavailable. */
   maxInFlight?: number;
+  /** Where startNatsBus says that NATS could not be reached at start (default: `log`). */
+  warn?: (msg: string) => void;
 }
 
 // Details reach API clients as problem+json, so they name no hosts, nodes or NATS internals.
@@ -552,4 +554,79 @@ export async function connectNatsBus(url: string, opts: NatsBusOptions): Promise
   }
   const directory = await AnnouncedDirectory.start(nc, log);
   return new NatsBus(nc, directory, { ...opts, log });
+}
+
+/**
+ * A bus to NATS for a process that must run whether or not NATS can be reached when it starts:
+ * connected at once when it can be; otherwise a ConnectingBus, which answers 503 until then.
+ */
+export async function startNatsBus(url: string, opts: NatsBusOptions): Promise<Bus> {
+  try {
+    return await connectNatsBus(url, opts);
+  } catch (err) {
+    if (!unreachable(err)) throw err;
+    (opts.warn ?? opts.log ?? (() => {}))(`${err instanceof Error ? err.message : String(err)}; what needs it is refused (503) until a connection is made, tried every ${RECONNECT_WAIT_MS} ms`);
+    return new ConnectingBus(url, opts);
+  }
+}
+
+/**
+ * The bus of a gateway started while NATS cannot be reached. Every call is refused as a gateway
+ * that lost NATS refuses it (503 with Retry-After) while a connection is tried again every
+ * RECONNECT_WAIT_MS; once one is made, the connected bus answers, and reconnects by itself after.
+ */
+export class ConnectingBus implements Bus {
+  private bus: NatsBus | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private attempt: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly url: string,
+    private readonly opts: NatsBusOptions,
+  ) {
+    this.retry();
+  }
+
+  send(cmd: Command): Promise<Result<unknown>> {
+    return this.bus ? this.bus.send(cmd) : Promise.resolve(this.closed ? CLOSING : BUS_DOWN);
+  }
+
+  keptApart(home: number, partition: number): boolean {
+    return this.bus?.keptApart(home, partition) ?? false;
+  }
+
+  scatter(q: Query): Promise<Result<unknown>[]> {
+    return this.bus ? this.bus.scatter(q) : Promise.resolve([this.closed ? CLOSING : BUS_DOWN]);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    await this.attempt;
+    await this.bus?.close();
+  }
+
+  private retry(): void {
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      // Quiet while it fails: the first failure was logged, and every request says 503.
+      this.attempt = connectNatsBus(this.url, this.opts).then(
+        async (bus) => {
+          if (this.closed) return bus.close();
+          this.bus = bus;
+          this.opts.log?.(`connected to NATS at ${this.url}`);
+        },
+        () => {
+          if (!this.closed) this.retry();
+        },
+      );
+    }, RECONNECT_WAIT_MS);
+  }
+}
+
+/** Whether connecting failed only because no NATS server answered (not a bad URL or credentials). */
+export function unreachable(err: unknown): boolean {
+  const code = err instanceof NatsError ? err.code : err instanceof Error && err.cause instanceof NatsError ? err.cause.code : undefined;
+  return code === ErrorCode.ConnectionRefused || code === ErrorCode.ConnectionTimeout;
 }

@@ -78,8 +78,9 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
   let host: ActorHost | undefined;
   if (config.natsUrl) {
     if (!config.jwtSecret) throw new Error('AUTH_JWT_SECRET must be set in cluster mode: every gateway needs the same one.');
-    const { connectNatsBus } = await import('../common/nats-bus.js');
-    bus = await connectNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m) });
+    // Started while NATS is down, it answers 503 until NATS is up, as when NATS goes away later.
+    const { startNatsBus } = await import('../common/nats-bus.js');
+    bus = await startNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m), warn: (m) => log.warn(m) });
     warnIfPrivateTargets(config, log);
   } else {
     host = new ActorHost({

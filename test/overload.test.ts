@@ -5,7 +5,13 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import test, { type ExecutionContext } from 'ava';
 import { Api, callersOn, type Caller, type Reply } from './helpers/client.js';
-import { startCluster, startEmbedded } from './helpers/service.js';
+import { randomBytes } from 'node:crypto';
+import { loadConfig } from '../common/config.js';
+import { createLogger } from '../common/log.js';
+import { startService } from '../gateway/app.js';
+import { removeDir, tempDir } from './helpers/edge-kit.js';
+import { startNatsServer } from './helpers/nats-server.js';
+import { startActorNode, startCluster, startEmbedded } from './helpers/service.js';
 
 function versionOf(etag: string | undefined): number {
   const m = /^"(\d+)-/.exec(etag ?? '');
@@ -159,4 +165,43 @@ test('cluster: with NATS gone every answer is a prompt 503 with Retry-After; onc
     await api.close();
     await service.close();
   }
+});
+
+test('cluster: a gateway and an actor node started while NATS is down wait for it; the gateway answers 503 with Retry-After meanwhile', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const [nodeDir, gatewayDir] = await Promise.all([tempDir('late-node'), tempDir('late-gateway')]);
+  t.teardown(() => Promise.all([removeDir(nodeDir), removeDir(gatewayDir)]));
+  await nats.kill();
+
+  // Both exited at once before ("cannot connect to NATS").
+  let printed = '';
+  const node = startActorNode(nats.url, 'late-node', '0-255', nodeDir, {}, (text) => (printed += text));
+  const secret = randomBytes(32).toString('base64url');
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: gatewayDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', NATS_URL: nats.url });
+  const gateway = await startService(config, createLogger('silent', 'test'));
+  t.teardown(() => gateway.close());
+  const api = new Api(gateway.url, secret);
+  t.teardown(() => api.close());
+  const c = await api.as('nats-late');
+  assertUnavailable(t, await c.get('/v1/orders'));
+  assertUnavailable(t, await c.post('/v1/orders', { currency: 'EUR' }));
+
+  // The node has met the outage (it is not merely still starting) before NATS comes back.
+  const waitedUntil = Date.now() + 15_000;
+  while (!/cannot reach NATS at .*waiting for it/.test(printed) && Date.now() < waitedUntil) await delay(20);
+  t.regex(printed, /cannot reach NATS at .*waiting for it/);
+  await nats.restart();
+  t.teardown(async () => (await node).stop());
+  await node;
+  const deadline = Date.now() + 20_000;
+  let created: Reply;
+  for (;;) {
+    created = await c.post('/v1/orders', { currency: 'EUR' });
+    if (created.status !== 503 || Date.now() > deadline) break;
+    assertUnavailable(t, created);
+    await delay(100);
+  }
+  t.is(created.status, 201, created.text);
+  t.is((await c.get(`/v1/orders/${created.json.id}`)).status, 200);
 });

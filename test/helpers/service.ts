@@ -106,7 +106,8 @@ interface ActorNode {
 }
 
 /** Spawns `node dist/actors/main.js` and resolves once it prints that it is serving. */
-async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string, extraEnv: Record<string, string> = {}): Promise<ActorNode> {
+/** An actor node process; resolves once it serves. `onOutput` sees everything it prints meanwhile and after. */
+export async function startActorNode(natsUrl: string, nodeId: string, partitions: string, dataDir: string, extraEnv: Record<string, string> = {}, onOutput?: (text: string) => void): Promise<ActorNode> {
   const child = spawn(process.execPath, [ACTOR_MAIN], {
     cwd: ROOT,
     env: {
@@ -133,6 +134,7 @@ async function startActorNode(natsUrl: string, nodeId: string, partitions: strin
   let onServing = (): void => {};
   // Both pipes are drained for the node's whole life, so a chatty node never blocks on a full pipe.
   const keep = (chunk: Buffer): void => {
+    onOutput?.(chunk.toString());
     output = (output + chunk.toString()).slice(-8000);
     if (!serving && servingLine.test(output)) {
       serving = true;
