@@ -104,6 +104,8 @@ interface Mailbox {
 }
 
 const IDLE: Promise<unknown> = Promise.resolve();
+/** The mailbox limit of the service's own turns (internalTurn, the idempotency sweep): none. */
+const UNBOUNDED = Infinity;
 
 interface Stat {
   count: number;
@@ -439,6 +441,7 @@ export class ActorHost implements ActorEndpoint {
           return { ok: true, value: true };
         },
         true,
+        UNBOUNDED,
       );
       return whenSettled(removed, () => this.expiring.delete(id)).then((r) => r.ok && r.value === true);
     });
@@ -537,15 +540,21 @@ export class ActorHost implements ActorEndpoint {
 
   /** A turn of the service's own (background jobs, sweeps): holds the order, commits durably. */
   private async internalTurn(orderId: string, kind: string, plan: (now: number) => Plan | undefined): Promise<Plan | undefined> {
-    const result = await this.holding([orderId], () =>
-      this.wrapped(kind, async () => {
-        const p = plan(this.now());
-        const emitted = p?.events?.length ? eventWrites(p.events, this.events, this.deliverable) : undefined;
-        const writes = emitted ? [...p!.writes, ...emitted.writes] : (p?.writes ?? []);
-        if (writes.length) await this.store.commit(writes);
-        if (emitted?.queued) this.dispatcher?.kick();
-        return p;
-      }),
+    // Past MAILBOX_LIMIT too: the limit sheds clients' writes, and a refund job refused a turn
+    // behind them would rest a minute with the processor's answer in hand. These turns are
+    // bounded by the jobs and sweeps that ask for them.
+    const result = await this.holding(
+      [orderId],
+      () =>
+        this.wrapped(kind, async () => {
+          const p = plan(this.now());
+          const emitted = p?.events?.length ? eventWrites(p.events, this.events, this.deliverable) : undefined;
+          const writes = emitted ? [...p!.writes, ...emitted.writes] : (p?.writes ?? []);
+          if (writes.length) await this.store.commit(writes);
+          if (emitted?.queued) this.dispatcher?.kick();
+          return p;
+        }),
+      UNBOUNDED,
     );
     if (!result.ok) throw fromWire(result.error);
     return result.value as Plan | undefined;
@@ -837,17 +846,17 @@ export class ActorHost implements ActorEndpoint {
    * one global (sorted) order, so two turns that share keys queue behind each other and never
    * wait on each other in a cycle.
    */
-  private holding(keys: string[], run: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
-    if (keys.length === 1) return this.enqueue(keys[0]!, run, true);
+  private holding(keys: string[], run: () => Promise<Result<unknown>>, limit = this.opts.mailboxLimit): Promise<Result<unknown>> {
+    if (keys.length === 1) return this.enqueue(keys[0]!, run, true, limit);
     const distinct = keys.length === 2 ? (keys[0] === keys[1] ? [keys[0]!] : keys) : [...new Set(keys)];
-    if (distinct.length === 1) return this.enqueue(distinct[0]!, run, true);
+    if (distinct.length === 1) return this.enqueue(distinct[0]!, run, true, limit);
     // None held (most keyed writes, most batches): all taken at once, given back by one reaction.
     if (this.noneHeld(distinct)) return this.startHoldingAll(distinct, run);
     const sorted = distinct.length === 2 ? (distinct[0]! < distinct[1]! ? distinct : [distinct[1]!, distinct[0]!]) : distinct.sort();
     // One at a time in the global order. Only the first is taken in this call: each next one
     // after a turn of the microtask queue, so a batch of thousands of keys never nests thousands
     // of calls deep.
-    const take = (i: number): Promise<Result<unknown>> => (i === sorted.length ? run() : this.enqueue(sorted[i]!, () => take(i + 1), i === 0));
+    const take = (i: number): Promise<Result<unknown>> => (i === sorted.length ? run() : this.enqueue(sorted[i]!, () => take(i + 1), i === 0, limit));
     return take(0);
   }
 
@@ -857,7 +866,7 @@ export class ActorHost implements ActorEndpoint {
    * cost a promise and a turn of the microtask queue. (A turn started so must not queue under its
    * own key before its first await: that one would not wait for it. None does.)
    */
-  private enqueue(key: string, run: () => Promise<Result<unknown>>, now: boolean): Promise<Result<unknown>> {
+  private enqueue(key: string, run: () => Promise<Result<unknown>>, now: boolean, limit: number): Promise<Result<unknown>> {
     let mine = this.boxes.get(key);
     let result: Promise<Result<unknown>>;
     if (mine === undefined) {
@@ -866,7 +875,7 @@ export class ActorHost implements ActorEndpoint {
       this.boxes.set(key, mine);
       result = now ? startNow(run) : IDLE.then(run);
     } else {
-      if (mine.depth >= this.opts.mailboxLimit) return Promise.resolve(UNAVAILABLE('Too many pending changes to this resource; retry shortly.'));
+      if (mine.depth >= limit) return Promise.resolve(UNAVAILABLE('Too many pending changes to this resource; retry shortly.'));
       mine.depth++;
       // After the turn before it, however that one ended: a turn that rejected must not take the
       // turns queued behind it down unrun. (Turns return errors as data; the sweep's may not.)

@@ -414,3 +414,51 @@ test.serial('SIGKILL while a refund runs: after the restart the operation is res
     await removeDir(dir);
   }
 });
+
+test("a refund job is not refused a turn by its order's full mailbox: it finishes as soon as the writes queued there have run", async (t) => {
+  const dir = await tempDir('refund-mailbox');
+  // One turn queued under a key at most, so a client's write waiting there fills the mailbox.
+  let answer: () => void = () => undefined;
+  const answered = new Promise<void>((resolve) => (answer = resolve));
+  let asked: () => void = () => undefined;
+  const processorAsked = new Promise<void>((resolve) => (asked = resolve));
+  const processor: RefundProcessor = {
+    refund: () => {
+      asked();
+      return answered.then(() => ({ ok: true }) as const);
+    },
+  };
+  const host = open(dir, { mailboxLimit: 1, refundProcessor: processor });
+  try {
+    const order = await paid(host);
+    const op = await startRefund(host, order);
+    // The job's first turn is over (its mailbox given back) once it asks the processor.
+    await processorAsked;
+    // A client's write whose commit is held: it keeps the order's turn until `release`.
+    const store = (host as unknown as { store: { commit(writes: unknown[]): Promise<void> } }).store;
+    const commit = store.commit.bind(store);
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    store.commit = async (writes) => {
+      store.commit = commit;
+      await held;
+      return commit(writes);
+    };
+    const partition = partitionOf(order.id);
+    const patching = host.handle({ kind: 'order.patch', tenant: TENANT, partition, id: order.id, ifMatch: undefined, patch: { note: 'held' } });
+    await delay(20);
+    // The job's finish comes while the mailbox is full: a client's write would be refused now.
+    const refused = await host.handle({ kind: 'order.patch', tenant: TENANT, partition, id: order.id, ifMatch: undefined, patch: { note: 'refused' } });
+    t.is(refused.ok ? 'ok' : refused.error.code, 'unavailable');
+    answer();
+    await delay(50);
+    release();
+    t.true((await patching).ok);
+    // Before, the job was refused its turn and rested a minute before asking the processor again.
+    const done = await until(host, op.id, 'succeeded', 'failed');
+    t.is(done.status, 'succeeded');
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
