@@ -18,6 +18,7 @@ import type { Table, Write } from '../storage/store.js';
 import { type ActorDef, existing } from './actor.js';
 import type { Plan } from './batch.js';
 import { emit } from './events.js';
+import { renderMoney } from '../gateway/money.js';
 
 /** Refunds one order may take in its life: every one is a record and a processor call. */
 export const MAX_REFUNDS_PER_ORDER = 100;
@@ -84,15 +85,23 @@ export function planRefundStart(cmd: CommandOf<'refund.create'>, t: RefundTables
       errors: [{ pointer: '/amount/currency', detail: `must be ${order.currency}, the currency of the order` }],
     });
   }
+  // A client that wrote a money object (v2, which names its currency) is answered in its terms:
+  // the amount is that object's `amount`, written in major units.
+  const v2 = cmd.currency !== undefined;
+  const pointer = v2 ? '/amount/amount' : '/amount';
+  const shown = (minor: number): string => (v2 ? renderMoney(minor, order.currency).amount : String(minor));
   const left = orderLeft(order);
   if (left <= 0) {
-    throw new ApiError('invalid-state', `Nothing is left to refund: ${order.refundHeld ?? 0} ${order.currency} is held by refunds still processing.`);
+    throw new ApiError('invalid-state', `Nothing is left to refund: ${shown(order.refundHeld ?? 0)} ${order.currency} is held by refunds still processing.`);
   }
   const amount = cmd.amount ?? left;
-  if (amount <= 0 || amount > left) {
-    const held = order.refundHeld ? `, ${order.refundHeld} of it held by refunds still processing` : '';
-    throw new ApiError('validation-failed', `The amount exceeds what is left to refund: ${left} ${order.currency}${held}.`, {
-      errors: [{ pointer: '/amount', detail: `must be at most ${left}` }],
+  if (amount <= 0) {
+    throw new ApiError('validation-failed', 'A refund must be of more than nothing.', { errors: [{ pointer, detail: `must be at least ${shown(1)}` }] });
+  }
+  if (amount > left) {
+    const held = order.refundHeld ? `, ${shown(order.refundHeld)} of it held by refunds still processing` : '';
+    throw new ApiError('validation-failed', `The amount exceeds what is left to refund: ${shown(left)} ${order.currency}${held}.`, {
+      errors: [{ pointer, detail: `must be at most ${shown(left)}` }],
     });
   }
   if (t.refunds.get(cmd.id) || t.operations.get(cmd.operationId)) throw new ApiError('conflict', 'That id is taken.');

@@ -40,6 +40,9 @@ export const ORDER_FIELDS_V2 = ORDER_FIELDS.filter((f) => f !== 'currency');
 const orderFields = (v: ApiVersion): readonly string[] => (v === 'v1' ? ORDER_FIELDS : ORDER_FIELDS_V2);
 /** Most a unit price may be, in minor units. */
 const MAX_UNIT_PRICE = 1_000_000_000;
+const MAX_QUANTITY = 10_000;
+/** Most an order's total can come to, in minor units (1e15, within Number's exact integers). */
+export const MAX_ORDER_TOTAL = MAX_ITEMS_PER_ORDER * MAX_QUANTITY * MAX_UNIT_PRICE;
 export const ORDER_EXPANDS = ['items', 'items.product'] as const;
 const ITEM_FIELDS = ['id', 'orderId', 'productId', 'quantity', 'unitPrice', 'createdAt', 'updatedAt'] as const;
 const STATUSES: OrderStatus[] = ['pending', 'paid', 'cancelled', 'refunded'];
@@ -54,7 +57,7 @@ const itemInputSchema: JsonSchema = {
   required: ['productId', 'quantity'],
   properties: {
     productId: { type: 'string', minLength: 1, maxLength: 64 },
-    quantity: { type: 'integer', minimum: 1, maximum: 10_000 },
+    quantity: { type: 'integer', minimum: 1, maximum: MAX_QUANTITY },
     unitPrice: { type: 'integer', minimum: 0, maximum: MAX_UNIT_PRICE, description: 'Minor units; defaults to the product price.' },
   },
 };

@@ -17,6 +17,7 @@ import { type Ctx, type JsonSchema, type Outcome, type QueryParam, type RouteDef
 import { moneyFor, moneyInputSchema, moneySchema, parseMoney, type Money } from '../money.js';
 import { apiVariant, versionPath, type ApiVersion } from '../versions.js';
 import { UNICODE_TEXT, collectionSchema, currencySchema, idParam, iso, linksSchema, plainListPage, problemResponses, target } from './common.js';
+import { MAX_ORDER_TOTAL } from './orders.js';
 
 const BASE = '/v1/refunds';
 const OPERATIONS = '/v1/operations';
@@ -24,7 +25,8 @@ const REFUND_FIELDS = ['id', 'orderId', 'amount', 'currency', 'reason', 'status'
 // v2 writes the amount as a money object, which names its currency (CONTRACT §9).
 const REFUND_FIELDS_V2 = REFUND_FIELDS.filter((f) => f !== 'currency');
 const refundFields = (v: ApiVersion): readonly string[] => (v === 'v1' ? REFUND_FIELDS : REFUND_FIELDS_V2);
-const MAX_REFUND_MINOR = 1_000_000_000_000;
+// A refund of any part of any order: up to the largest total an order can have.
+const MAX_REFUND_MINOR = MAX_ORDER_TOTAL;
 const ORDER_ID_LENGTH = 26;
 
 const createSchema: JsonSchema = {

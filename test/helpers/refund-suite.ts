@@ -122,6 +122,21 @@ export function registerRefundSuite(test: TestFn<SuiteContext>): void {
     assertProblem(t, await readOnly.post('/v1/refunds', { orderId: order.id }), 403, 'forbidden');
   });
 
+  test('refunds: any part of the largest order can be refunded, in both versions', async (t) => {
+    const c = await tenant(t, 'rf-big');
+    const product = await createProduct(t, c, { price: 1000 });
+    // 100 lines of 10,000 at 1e9: the largest total an order can have, 1e15 minor units.
+    const items = Array.from({ length: 100 }, () => ({ productId: product.id, quantity: 10_000, unitPrice: 1_000_000_000 }));
+    const order = await createOrder(t, c, { items });
+    t.is(order.body.total, 1e15);
+    t.is((await c.post(`/v1/orders/${order.id}/pay`)).status, 200);
+    const part = await c.post('/v1/refunds', { orderId: order.id, amount: 5e14 });
+    t.is(part.status, 202, part.text);
+    const v2 = await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '4000000000000.00', currency: 'EUR' } });
+    t.is(v2.status, 202, v2.text);
+    assertProblem(t, await c.post('/v1/refunds', { orderId: order.id, amount: 1e15 + 1 }), 422, 'validation-failed', { pointer: '/amount' });
+  });
+
   test('refunds: an Idempotency-Key on the start answers the same operation and starts no second job', async (t) => {
     const c = await tenant(t, 'rf-idem');
     const order = await paidOrder(t, c, 5);
@@ -148,6 +163,10 @@ export function registerRefundSuite(test: TestFn<SuiteContext>): void {
     assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '5.00', currency: 'USD' } }), 422, 'validation-failed', { pointer: '/amount/currency' });
     assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '5.001', currency: 'EUR' } }), 422, 'validation-failed', { pointer: '/amount/amount' });
     assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: 500 }), 422, 'validation-failed', { pointer: '/amount' });
+    // Answered in v2's terms: major units, at the money object's amount.
+    assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '0.00', currency: 'EUR' } }), 422, 'validation-failed', { pointer: '/amount/amount', detail: /^must be at least 0\.01$/ });
+    assertProblem(t, await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '25.00', currency: 'EUR' } }), 422, 'validation-failed', { pointer: '/amount/amount', detail: /^must be at most 20\.00$/ });
+    assertProblem(t, await c.post('/v1/refunds', { orderId: order.id, amount: 2500 }), 422, 'validation-failed', { pointer: '/amount', detail: /^must be at most 2000$/ });
     const started = await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '5.50', currency: 'EUR' } });
     t.is(started.status, 202, started.text);
     t.regex(started.headers.location ?? '', /^\/v2\/operations\/op_/);
