@@ -14,6 +14,8 @@ import { partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import { exitNow } from '../common/shutdown.js';
 import { Store, type IndexKey, type Table, type Write } from '../storage/store.js';
+import { lockDir, type DirLock } from '../storage/dir-lock.js';
+import { libcFailure } from '../common/libc.js';
 import { IDEMPOTENCY, idemRecord, type IdemRecord } from './idem-record.js';
 import {
   assertNever,
@@ -157,6 +159,8 @@ const idemBox = (id: string): string => `idem\u0000${id}`;
 
 export class ActorHost implements ActorEndpoint {
   private readonly store: Store;
+  /** This process's hold on dataDir (storage/dir-lock.ts). */
+  private readonly lock: DirLock;
   private readonly events: { events: Table<EventRecord>; outbox: Table<OutboxEntry> };
   private readonly dispatcher: Dispatcher | undefined;
   private readonly actors: Record<'order' | 'product' | 'user' | 'article' | 'team' | 'member' | 'refund' | 'operation' | 'webhook' | 'event' | 'delivery', Bound>;
@@ -197,16 +201,23 @@ export class ActorHost implements ActorEndpoint {
   private lastStat: Stat | undefined = undefined;
 
   constructor(private readonly opts: HostOptions) {
-    this.store = Store.open(opts.dataDir, {
-      onFatal:
-        opts.onStorageFatal ??
-        ((err) => {
-          opts.log.fatal({ err }, 'storage failed and cannot be trusted: exiting, to be started again on the data');
-          exitNow(1, `storage failed and cannot be trusted: exiting, to be started again on the data: ${inspect(err)}`, opts.log);
-        }),
-      mappedBudgetBytes: opts.mappedBudgetBytes,
-      report: (problem, err) => opts.log.warn({ err }, problem),
-    });
+    this.lock = lockDir(opts.dataDir);
+    if (!this.lock.held) opts.log.warn({ reason: String(libcFailure() ?? 'unknown') }, 'the data directory could not be locked: run one process per DATA_DIR');
+    try {
+      this.store = Store.open(opts.dataDir, {
+        onFatal:
+          opts.onStorageFatal ??
+          ((err) => {
+            opts.log.fatal({ err }, 'storage failed and cannot be trusted: exiting, to be started again on the data');
+            exitNow(1, `storage failed and cannot be trusted: exiting, to be started again on the data: ${inspect(err)}`, opts.log);
+          }),
+        mappedBudgetBytes: opts.mappedBudgetBytes,
+        report: (problem, err) => opts.log.warn({ err }, problem),
+      });
+    } catch (err) {
+      this.lock.release();
+      throw err;
+    }
     this.inflightLimit = opts.inflightLimit ?? 20_000;
     this.ttlMs = opts.idempotencyTtlMs ?? DAY_MS;
     this.now = opts.now ?? Date.now;
@@ -569,6 +580,7 @@ export class ActorHost implements ActorEndpoint {
     // It stops before its next chunk (closing is set); its commit under way lands first.
     await this.eventSweep;
     await this.store.close();
+    this.lock.release();
   }
 
   private actorFor(cmd: KeyedCommand): Bound {

@@ -1,4 +1,4 @@
-// Two calls into the C library that Node does not offer, made through koffi (a C FFI whose
+// Calls into the C library that Node does not offer, made through koffi (a C FFI whose
 // prebuilt binaries come from npm; no compiler needed). Loaded on first use, so a process that
 // never needs them does not pay for the load; undefined where they cannot be made (off Linux or
 // without glibc), with the reason kept for whoever reports it.
@@ -10,9 +10,15 @@ export interface Libc {
   madvise(addr: bigint, len: bigint, advice: number): number;
   /** malloc_trim(3): gives the allocator's free memory back to the system. 1 if it gave any. */
   mallocTrim(pad: number): number;
+  /** flock(2): an advisory lock on an open file, released when its descriptor is closed. 0, or -1. */
+  flock(fd: number, operation: number): number;
   /** errno as the last call left it. */
   errno(): number;
 }
+
+export const LOCK_EX = 2;
+export const LOCK_NB = 4;
+export const EWOULDBLOCK = 11;
 
 export const MADV_DONTNEED = 4;
 
@@ -32,6 +38,7 @@ export function libc(): Libc | undefined {
     loaded = {
       madvise: lib.func('int madvise(uintptr_t addr, size_t len, int advice)') as Libc['madvise'],
       mallocTrim: lib.func('int malloc_trim(size_t pad)') as Libc['mallocTrim'],
+      flock: lib.func('int flock(int fd, int operation)') as Libc['flock'],
       errno: () => koffi.errno(),
     };
   } catch (err) {
