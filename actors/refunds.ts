@@ -62,6 +62,11 @@ export const operationActor: ActorDef<OperationRecord, CommandOf<'operation.get'
 
 const orderLeft = (o: OrderRecord): number => o.total - (o.refunded ?? 0) - (o.refundHeld ?? 0);
 
+/** Whether a refund of the order can start now: paid, something left that no refund holds, room for one more. */
+export function refundable(o: OrderRecord): boolean {
+  return o.status === 'paid' && orderLeft(o) > 0 && (o.refundCount ?? 0) < MAX_REFUNDS_PER_ORDER;
+}
+
 function write<T>(table: Table<T>, id: string, before: T | undefined, after: T | undefined): Write<unknown> {
   return { table: table as Table<unknown>, id, before, after };
 }

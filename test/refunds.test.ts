@@ -462,3 +462,31 @@ test("a refund job is not refused a turn by its order's full mailbox: it finishe
     await removeDir(dir);
   }
 });
+
+test('over HTTP, an order links `refund` only while one can start: not while all that is left is held by a refund still processing', async (t) => {
+  let answer: () => void = () => undefined;
+  const answered = new Promise<void>((resolve) => (answer = resolve));
+  const service = await startEmbedded({}, { refundProcessor: { refund: () => answered.then(() => ({ ok: true }) as const) } });
+  const api = new Api(service.url, service.secret);
+  try {
+    const c = await api.as(newTenant('rf-link'));
+    const order = await paidOrder(t as never, c, 2);
+    const href = `/v1/orders/${order.id}`;
+    t.truthy((await c.get(href)).json._links.refund);
+    const part = await c.post('/v1/refunds', { orderId: order.id, amount: 500 });
+    t.is(part.status, 202, part.text);
+    t.truthy((await c.get(href)).json._links.refund, 'something is left to refund');
+    const rest = await c.post('/v1/refunds', { orderId: order.id });
+    t.is(rest.status, 202, rest.text);
+    const held = await c.get(href);
+    t.is(held.json.status, 'paid');
+    t.is(held.json._links.refund, undefined, 'all that is left is held');
+    t.truthy(held.json._links.refunds);
+    t.is((await c.post('/v1/refunds', { orderId: order.id })).status, 409, 'as the missing link said');
+    answer();
+  } finally {
+    answer();
+    await api.close();
+    await service.close();
+  }
+});

@@ -5,6 +5,7 @@ import { ApiError, type FieldError } from '../../common/errors.js';
 import { newId, parseId, partitionOf } from '../../common/ids.js';
 import type { Command, ItemInput, ItemRecord, OrderInput, OrderPatch, OrderRecord, OrderStatus, ProductRecord } from '../../proto/messages.js';
 import { MAX_ITEMS_PER_ORDER, ORDER_SORTS } from '../../actors/orders.js';
+import { refundable } from '../../actors/refunds.js';
 import {
   LIST_PARAMS,
   decodeCursor,
@@ -149,7 +150,8 @@ function orderLinks(o: OrderRecord, v: ApiVersion): Record<string, { href: strin
   if (o.status === 'pending' && o.total > 0) links.pay = { href: `${self}/pay`, method: 'POST' };
   // Refunds start at POST /{version}/refunds naming the order (an asynchronous operation, CONTRACT §8).
   const refunds = versionPath('/v1/refunds', v);
-  if (o.status === 'paid') links.refund = { href: refunds, method: 'POST' };
+  // Only while one can start: not once all that is left is held by refunds still processing.
+  if (refundable(o)) links.refund = { href: refunds, method: 'POST' };
   if (o.status === 'paid' || o.status === 'refunded') links.refunds = { href: `${refunds}?orderId=${o.id}` };
   return links;
 }
