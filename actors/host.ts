@@ -579,8 +579,11 @@ export class ActorHost implements ActorEndpoint {
     await Promise.allSettled([...this.boxes.values()].map((b) => b.tail));
     // It stops before its next chunk (closing is set); its commit under way lands first.
     await this.eventSweep;
-    await this.store.close();
-    this.lock.release();
+    try {
+      await this.store.close();
+    } finally {
+      this.lock.release();
+    }
   }
 
   private actorFor(cmd: KeyedCommand): Bound {

@@ -8,7 +8,7 @@ import { ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
 import { collectWhenIdle } from '../common/idle-gc.js';
 import { stopOnSignals } from '../common/shutdown.js';
-import { serveActorsOverNats } from '../common/nats-actor-server.js';
+import { serveActorsOverNats, type ActorServer } from '../common/nats-actor-server.js';
 import { parsePartitions, toRanges } from '../common/partitions.js';
 import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
@@ -33,12 +33,22 @@ async function main(): Promise<void> {
     ...dispatchOptions(config, log, {}, remote),
   });
   await host.ready;
+  // Stops gracefully from here on, while it waits for NATS too: the host already runs its jobs.
+  let server: ActorServer | undefined = undefined;
+  let operator: OperatorServer | undefined;
+  const idle = collectWhenIdle();
+  stopOnSignals(async () => {
+    idle.stop();
+    await operator?.close();
+    await server?.close();
+    await host.close();
+    await remote.close();
+  }, log);
   // Started while NATS is down, the node waits for it, and serves once it is up.
-  const server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m), warn: (m) => log.warn(m) });
+  server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m), warn: (m) => log.warn(m) });
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
   // Health and node status on the operator plane (ADMIN_GRPC_PORT); operator calls need the
   // gateways' AUTH_JWT_SECRET to verify admin tokens, health checks need nothing.
-  let operator: OperatorServer | undefined;
   if (config.adminGrpcPort !== undefined) {
     const { startOperator } = await import('../gateway/operator.js');
     operator = await startOperator(
@@ -48,15 +58,6 @@ async function main(): Promise<void> {
     );
   }
   process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}${operator ? ` (operator plane on ${config.adminGrpcHost}:${operator.port})` : ''}\n`);
-
-  const idle = collectWhenIdle();
-  stopOnSignals(async () => {
-    idle.stop();
-    await operator?.close();
-    await server.close();
-    await host.close();
-    await remote.close();
-  }, log);
 }
 
 main().catch((err: unknown) => {

@@ -90,9 +90,9 @@ export function planRefundStart(cmd: CommandOf<'refund.create'>, t: RefundTables
       errors: [{ pointer: '/amount/currency', detail: `must be ${order.currency}, the currency of the order` }],
     });
   }
-  // A client that wrote a money object (v2, which names its currency) is answered in its terms:
-  // the amount is that object's `amount`, written in major units.
-  const v2 = cmd.currency !== undefined;
+  // A v2 client is answered in its terms: the amount is its money object's `amount`, written in
+  // major units. (A gateway of the earlier release says so only by the currency of an amount.)
+  const v2 = cmd.majorUnits === true || cmd.currency !== undefined;
   const pointer = v2 ? '/amount/amount' : '/amount';
   const shown = (minor: number): string => (v2 ? renderMoney(minor, order.currency).amount : String(minor));
   const left = orderLeft(order);

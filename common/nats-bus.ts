@@ -550,9 +550,16 @@ export async function connectNatsBus(url: string, opts: NatsBusOptions): Promise
   }
   const maxPayload = nc.info?.max_payload ?? 0;
   if (maxPayload < RECOMMENDED_MAX_PAYLOAD) {
-    log(`NATS max_payload is ${maxPayload} bytes; run nats-server with max_payload >= 8MB (see nats.conf) so large list pages fit one reply`);
+    log(`NATS max_payload is ${maxPayload} bytes; run nats-server with max_payload >= 8MB (see nats.conf): larger replies are split into several messages`);
   }
-  const directory = await AnnouncedDirectory.start(nc, log);
+  let directory: AnnouncedDirectory;
+  try {
+    directory = await AnnouncedDirectory.start(nc, log);
+  } catch (err) {
+    // Lost while starting: closed, or it would go on reconnecting for nobody.
+    await nc.close().catch(() => undefined);
+    throw err;
+  }
   return new NatsBus(nc, directory, { ...opts, log });
 }
 

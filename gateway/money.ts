@@ -51,7 +51,8 @@ export function moneyInputSchema(description: string, maxMinor: number): JsonSch
     required: ['amount', 'currency'],
     description,
     properties: {
-      amount: { type: 'string', pattern: '^(0|[1-9][0-9]{0,14})(\\.[0-9]{1,4})?$', maxLength: 20, description: `Decimal string; at most ${maxMinor} in minor units.` },
+      // Up to 16 digits before the point: 1e15 minor units of a currency without decimals.
+      amount: { type: 'string', pattern: '^(0|[1-9][0-9]{0,15})(\\.[0-9]{1,4})?$', maxLength: 21, description: `Decimal string; at most ${maxMinor} in minor units.` },
       currency: { type: 'string', pattern: '^[A-Z]{3}$', description: 'ISO 4217 code.' },
     },
   };

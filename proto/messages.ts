@@ -296,6 +296,8 @@ export type Command =
       amount: number | null;
       /** The currency a v2 amount was written in; it must be the order's. */
       currency?: string;
+      /** The client writes money objects (v2): refusals name amounts in major units. */
+      majorUnits?: true;
       reason: string | null;
     })
   | (Base & { kind: 'refund.get'; id: string })

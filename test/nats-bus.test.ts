@@ -2,6 +2,8 @@
 // concurrently and one test's nodes never answer another's announcements.
 
 import { spawn } from 'node:child_process';
+import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
 import { join } from 'node:path';
 import test, { type ExecutionContext } from 'ava';
 import { connect, ErrorCode, NatsError } from 'nats';
@@ -426,4 +428,34 @@ test('with NATS down the bus answers unavailable within its deadline, and serves
     r = await bus.send(get(11));
   }
   t.deepEqual(valueOf(r), { node: 'all', id: 'ord_11', partition: 11 });
+});
+
+test('a connection lost while the bus starts is closed, not left reconnecting for nobody', async (t) => {
+  // A server that completes the handshake (INFO, then PONG to the first PING) and drops the
+  // connection at the next PING: the flush with which the bus's directory starts. nats.js
+  // rejects that flush only once it has dialled again (after its reconnect wait, 1 s).
+  const open = new Set<Socket>();
+  const server = createTcpServer((socket) => {
+    open.add(socket);
+    socket.on('close', () => open.delete(socket));
+    let pings = 0;
+    socket.write('INFO {"server_id":"fake","version":"2.10.0","proto":1,"max_payload":1048576,"headers":true}\r\n');
+    socket.on('data', (data) => {
+      for (const line of data.toString().split('\r\n')) {
+        if (line !== 'PING') continue;
+        if (++pings === 1) socket.write('PONG\r\n');
+        else socket.destroy();
+      }
+    });
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    for (const socket of open) socket.destroy();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  const { port } = server.address() as AddressInfo;
+  await t.throwsAsync(connectNatsBus(`nats://127.0.0.1:${port}`, { timeoutMs: 1000 }));
+  await delay(500);
+  t.is(open.size, 0, 'no connection left open after the failed start');
 });

@@ -5,11 +5,13 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import test, { type ExecutionContext } from 'ava';
 import { Api, callersOn, type Caller, type Reply } from './helpers/client.js';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import { loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
 import { startService } from '../gateway/app.js';
-import { removeDir, tempDir } from './helpers/edge-kit.js';
+import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
 import { startNatsServer } from './helpers/nats-server.js';
 import { startActorNode, startCluster, startEmbedded } from './helpers/service.js';
 
@@ -204,4 +206,28 @@ test('cluster: a gateway and an actor node started while NATS is down wait for i
   }
   t.is(created.status, 201, created.text);
   t.is((await c.get(`/v1/orders/${created.json.id}`)).status, 200);
+});
+
+test('cluster: an actor node waiting for NATS stops gracefully on SIGTERM', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const dir = await tempDir('waiting-node');
+  t.teardown(() => removeDir(dir));
+  await nats.kill();
+  const node = spawn(process.execPath, [join(ROOT, 'dist/actors/main.js')], {
+    env: { PATH: process.env.PATH ?? '', NATS_URL: nats.url, NODE_ID: 'waiting', DATA_DIR: dir, LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  t.teardown(() => node.kill('SIGKILL'));
+  let printed = '';
+  node.stdout.on('data', (d: Buffer) => (printed += d.toString()));
+  node.stderr.on('data', (d: Buffer) => (printed += d.toString()));
+  const end = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => node.once('exit', (code, signal) => resolve({ code, signal })));
+  const until = Date.now() + 15_000;
+  while (!/waiting for it/.test(printed) && Date.now() < until) await delay(20);
+  t.regex(printed, /cannot reach NATS at .*waiting for it/);
+  node.kill('SIGTERM');
+  // Killed by the signal before (no handler was in place while it waited).
+  t.deepEqual(await end, { code: 0, signal: null }, printed);
+  t.regex(printed, /shutting down/);
 });

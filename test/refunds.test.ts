@@ -483,6 +483,10 @@ test('over HTTP, an order links `refund` only while one can start: not while all
     t.is(held.json._links.refund, undefined, 'all that is left is held');
     t.truthy(held.json._links.refunds);
     t.is((await c.post('/v1/refunds', { orderId: order.id })).status, 409, 'as the missing link said');
+    // A v2 client is told in major units, whether or not it named an amount.
+    const v2 = await c.post('/v2/refunds', { orderId: order.id });
+    t.is(v2.status, 409);
+    t.regex(v2.json.detail, /20\.00 EUR is held/);
     answer();
   } finally {
     answer();

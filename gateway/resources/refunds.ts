@@ -166,6 +166,7 @@ export const refundRoutes: RouteDef[] = [
         orderId,
         operationId: newId('operation', partition),
         ...amountInput(body.amount),
+        ...(ctx.version === 'v2' ? { majorUnits: true as const } : {}),
         reason: body.reason ?? null,
       });
       return operationOutcome(ctx, op, 202);

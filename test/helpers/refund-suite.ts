@@ -135,6 +135,11 @@ export function registerRefundSuite(test: TestFn<SuiteContext>): void {
     const v2 = await c.post('/v2/refunds', { orderId: order.id, amount: { amount: '4000000000000.00', currency: 'EUR' } });
     t.is(v2.status, 202, v2.text);
     assertProblem(t, await c.post('/v1/refunds', { orderId: order.id, amount: 1e15 + 1 }), 422, 'validation-failed', { pointer: '/amount' });
+    // Without decimals, 1e15 minor units are 16 digits of a v2 amount.
+    const yen = await createOrder(t, c, { currency: 'JPY', items });
+    t.is((await c.post(`/v1/orders/${yen.id}/pay`)).status, 200);
+    const whole = await c.post('/v2/refunds', { orderId: yen.id, amount: { amount: '1000000000000000', currency: 'JPY' } });
+    t.is(whole.status, 202, whole.text);
   });
 
   test('refunds: an Idempotency-Key on the start answers the same operation and starts no second job', async (t) => {
