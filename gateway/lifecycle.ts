@@ -150,27 +150,30 @@ export interface Compiled {
 
 function compile(entry: LifecycleEntry): Compiled {
   const deprecation = `@${Math.floor(Date.parse(entry.deprecatedAt) / 1000)}`;
-  // Sunset is sent once a date is set (sunsetting, and retired with a date), per RFC 8594 §3.
-  const sunset = entry.sunsetAt !== undefined && entry.state !== 'deprecated' ? new Date(Date.parse(entry.sunsetAt)).toUTCString() : undefined;
+  // Sunset is sent whenever a date is set, in every state (SPEC §9.3: a deprecated endpoint
+  // sends Deprecation, Sunset and Link on every answer), as GET /v1/deprecations publishes it.
+  const sunset = entry.sunsetAt !== undefined ? new Date(Date.parse(entry.sunsetAt)).toUTCString() : undefined;
   const successorParts = entry.successor?.includes('{') ? entry.successor.split(/\{(\w+)\}/) : undefined;
-  const link = successorParts ? undefined : linkValue(entry.guide, entry.successor);
+  // Every non-active route links rel="deprecation": to its guide, or else to the schedule.
+  const guide = entry.guide ?? SCHEDULE;
+  const link = successorParts ? undefined : linkValue(guide, entry.successor);
   return {
     entry,
     key: `${entry.method} ${entry.path}`,
     fixed: { deprecation, sunset, link, gone: undefined },
     link,
     successorParts,
-    linkPrefix: entry.guide !== undefined ? `<${entry.guide}>; rel="deprecation", <` : '<',
+    linkPrefix: `<${guide}>; rel="deprecation", <`,
     brownouts: (entry.brownouts ?? []).map((b) => [Date.parse(b.start), Date.parse(b.end)]),
   };
 }
 
-function linkValue(guide: string | undefined, successor: string | undefined): string | undefined {
-  const parts: string[] = [];
-  if (guide !== undefined) parts.push(`<${guide}>; rel="deprecation"`);
-  if (successor !== undefined) parts.push(`<${successor}>; rel="successor-version"`);
-  return parts.length ? parts.join(', ') : undefined;
+function linkValue(guide: string, successor: string | undefined): string {
+  return successor === undefined ? `<${guide}>; rel="deprecation"` : `<${guide}>; rel="deprecation", <${successor}>; rel="successor-version"`;
 }
+
+/** Where rel="deprecation" points for an entry that names no guide: the schedule, as JSON. */
+const SCHEDULE = '/v1/deprecations';
 
 /** The effective state at `now`: a brownout window turns a live entry into 410s for its length. */
 export function stateAt(c: Compiled, now: number): EffectiveState {

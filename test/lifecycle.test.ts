@@ -117,6 +117,19 @@ test.serial('sunsetting: Sunset carries the HTTP-date (RFC 8594)', async (t) => 
   t.regex(a.headers.link ?? '', /rel="deprecation"/);
 });
 
+test.serial('deprecated with a date already set: Sunset too; with no guide named, rel="deprecation" links the schedule', async (t) => {
+  // SPEC §9.3: a deprecated endpoint sends Deprecation, Sunset and Link rel="deprecation" on every answer.
+  t.context.registry.replace([entry({ sunsetAt: SUNSET_AT, guide: undefined })]);
+  const a = await getOrder(t);
+  t.is(a.status, 200);
+  t.is(a.headers.sunset, 'Wed, 01 Jul 2026 00:00:00 GMT');
+  t.is(a.headers.link, `</v1/deprecations>; rel="deprecation", </v2/orders/${t.context.orderId}>; rel="successor-version"`);
+  t.context.registry.replace([entry({ guide: undefined, successor: undefined })]);
+  const alone = await getOrder(t);
+  t.is(alone.headers.link, '</v1/deprecations>; rel="deprecation"');
+  t.is(alone.headers.sunset, undefined, 'no date set, none sent');
+});
+
 test.serial('brownout windows answer 410 by the clock, and only inside the window', async (t) => {
   const start = T0 + 3600_000;
   const end = start + 600_000;
