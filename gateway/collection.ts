@@ -67,13 +67,15 @@ export function parseSort<S extends string>(query: URLSearchParams, allowed: rea
   return { sort: name as S, dir: desc ? 'desc' : 'asc' };
 }
 
-function parseList(query: URLSearchParams, parameter: string, allowed: readonly string[], noun: string): Set<string> {
+/** `kept`: names always kept, which may be named and change nothing (`_links` in `fields`). */
+function parseList(query: URLSearchParams, parameter: string, allowed: readonly string[], noun: string, kept?: string): Set<string> {
   const raw = query.get(parameter);
   const out = new Set<string>();
   if (raw === null) return out;
-  if (raw.length > listMaxLength(allowed)) throw invalidParameter(parameter, `is longer than naming every ${noun} once`);
+  if (raw.length > listMaxLength(allowed) + (kept === undefined ? 0 : kept.length + 2)) throw invalidParameter(parameter, `is longer than naming every ${noun} once`);
   for (const name of raw.split(',')) {
     const n = name.trim();
+    if (n === kept) continue;
     if (!allowed.includes(n)) throw invalidParameter(parameter, `unknown ${noun} '${n.slice(0, 64)}'`);
     out.add(n);
   }
@@ -82,7 +84,7 @@ function parseList(query: URLSearchParams, parameter: string, allowed: readonly 
 
 /** undefined: no `fields` parameter, keep everything. */
 export function parseFields(query: URLSearchParams, allowed: readonly string[]): Set<string> | undefined {
-  return query.has('fields') ? parseList(query, 'fields', allowed, 'field') : undefined;
+  return query.has('fields') ? parseList(query, 'fields', allowed, 'field', '_links') : undefined;
 }
 
 export function parseExpand(query: URLSearchParams, allowed: readonly string[]): Set<string> {

@@ -12,6 +12,7 @@ export interface RequestHeaders {
   'accept-language'?: string;
   'content-type'?: string;
   'content-length'?: string;
+  'content-encoding'?: string;
   'if-match'?: string;
   'if-none-match'?: string;
   'idempotency-key'?: string;

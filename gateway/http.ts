@@ -51,6 +51,7 @@ class KeptHeaders implements RequestHeaders {
   'accept-language': string | undefined = undefined;
   'content-type': string | undefined = undefined;
   'content-length': string | undefined = undefined;
+  'content-encoding': string | undefined = undefined;
   'if-match': string | undefined = undefined;
   'if-none-match': string | undefined = undefined;
   'idempotency-key': string | undefined = undefined;
@@ -240,6 +241,9 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
           if (k === 'accept-encoding') headers['accept-encoding'] = joined(headers['accept-encoding'], v);
           else if (k === 'accept-language') headers['accept-language'] = joined(headers['accept-language'], v);
           else if (k === 'idempotency-key') headers['idempotency-key'] = joined(headers['idempotency-key'], v);
+          break;
+        case 16:
+          if (k === 'content-encoding') headers['content-encoding'] = joined(headers['content-encoding'], v);
           break;
         case 17:
           if (k === 'transfer-encoding') codings++;

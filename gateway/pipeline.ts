@@ -402,13 +402,19 @@ function parseBody(req: GatewayRequest, route: RouteDef, config: Config): unknow
     if (spec.required === false) return undefined;
     throw new ApiError('malformed-request', 'A JSON request body is required.');
   }
-  const ctype = req.headers['content-type'];
   const accepted = spec.mediaTypes ?? ['application/json'];
+  // A coded body (gzip, br) is not decoded: refused as such, not misread as a body that is not
+  // UTF-8, and plain JSON labelled with a coding is not taken for what its label says it is not.
+  const coding = req.headers['content-encoding'];
+  if (coding !== undefined && coding.trim().toLowerCase() !== 'identity') {
+    throw unsupportedBody('Send the body without a Content-Encoding: no coding of request bodies is accepted.', req.method, accepted);
+  }
+  const ctype = req.headers['content-type'];
   const [mediaPart, ...paramParts] = (ctype ?? '').split(';');
   const media = mediaPart!.trim().toLowerCase();
   const charset = paramParts.map((p) => p.trim().toLowerCase()).find((p) => p.startsWith('charset='));
   if (!accepted.includes(media) || (charset && charset !== 'charset=utf-8' && charset !== 'charset="utf-8"')) {
-    throw new ApiError('unsupported-media-type', `Send the body as ${accepted.join(' or ')} in UTF-8.`);
+    throw unsupportedBody(`Send the body as ${accepted.join(' or ')} in UTF-8.`, req.method, accepted);
   }
   let text: string;
   try {
@@ -433,6 +439,11 @@ function parseBody(req: GatewayRequest, route: RouteDef, config: Config): unknow
   spec.precheck?.(body, config);
   validateBody(spec.schema, body, spec.readOnly ?? [], raw.length);
   return body;
+}
+
+/** 415, saying what may be sent: no coding (RFC 7694 §3) and, for PATCH, the media types (RFC 5789 §2.2). */
+function unsupportedBody(detail: string, method: string, accepted: readonly string[]): ApiError {
+  return new ApiError('unsupported-media-type', detail, { headers: { 'accept-encoding': 'identity', ...(method === 'PATCH' ? { 'accept-patch': accepted.join(', ') } : {}) } });
 }
 
 const QUOTE = 0x22;

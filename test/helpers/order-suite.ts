@@ -6,6 +6,7 @@
 // and a list only ever shows what its test created.
 
 import { randomBytes } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import type { ExecutionContext, TestFn } from 'ava';
 import { PARTITIONS, partitionOf } from '../../common/ids.js';
 import { Api, type Caller, type Reply, mintToken } from './client.js';
@@ -744,6 +745,35 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
       made.map(() => 200),
     );
     t.true(got.every((g) => g.json.metadata.key0 === '😀'.repeat(500)));
+  });
+
+  test('bodies: a Content-Encoding other than identity is 415 with Accept-Encoding, and a PATCH 415 names what it accepts (Accept-Patch)', async (t) => {
+    const c = await tenant(t, 'coding');
+    const json = JSON.stringify({ currency: 'EUR' });
+    const send = (body: string | Buffer, coding: string): Promise<Reply> =>
+      c.http.send('POST', '/v1/orders', { token: c.token, body, headers: { 'content-type': 'application/json', 'content-encoding': coding } });
+    for (const [body, coding] of [[gzipSync(json), 'gzip'], [json, 'gzip'], [json, 'br']] as const) {
+      const res = await send(body, coding);
+      assertProblem(t, res, 415, 'unsupported-media-type');
+      t.is(res.headers['accept-encoding'], 'identity', coding);
+    }
+    t.is((await send(json, 'identity')).status, 201);
+    t.is((await listAll(t, c, '')).length, 1, 'only the identity one was written');
+    const order = await createOrder(t, c);
+    const patched = await c.patch(order.href, { note: 'x' }, {}, 'text/plain');
+    assertProblem(t, patched, 415, 'unsupported-media-type');
+    t.regex(patched.headers['accept-patch'] ?? '', /application\/merge-patch\+json/);
+  });
+
+  test('fields may name _links, which stays anyway', async (t) => {
+    const c = await tenant(t, 'flinks');
+    const order = await createOrder(t, c, { note: 'n' });
+    const links = await c.get(`${order.href}?fields=_links`);
+    t.is(links.status, 200, links.text);
+    t.deepEqual(Object.keys(links.json).sort(), ['_links', 'id']);
+    const both = await c.get(`${order.href}?fields=note,_links`);
+    t.deepEqual(Object.keys(both.json).sort(), ['_links', 'id', 'note']);
+    t.is(both.headers.etag, (await c.get(`${order.href}?fields=note`)).headers.etag, 'the same representation, the same tag');
   });
 
   test('lists: bad limit, sort, status or cursor is 400 invalid-parameter naming the parameter', async (t) => {
