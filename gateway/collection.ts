@@ -3,7 +3,7 @@
 // `invalid-parameter` naming the parameter.
 
 import { Buffer } from 'node:buffer';
-import { ApiError } from '../common/errors.js';
+import { ApiError, type FieldError } from '../common/errors.js';
 import type { ListPage, ListQuery, Query, SortDir } from '../proto/messages.js';
 import type { QueryParam } from './route.js';
 
@@ -73,13 +73,40 @@ function parseList(query: URLSearchParams, parameter: string, allowed: readonly 
   const out = new Set<string>();
   if (raw === null) return out;
   if (raw.length > listMaxLength(allowed) + (kept === undefined ? 0 : kept.length + 2)) throw invalidParameter(parameter, `is longer than naming every ${noun} once`);
+  const unknown: string[] = [];
   for (const name of raw.split(',')) {
     const n = name.trim();
     if (n === kept) continue;
-    if (!allowed.includes(n)) throw invalidParameter(parameter, `unknown ${noun} '${n.slice(0, 64)}'`);
-    out.add(n);
+    if (allowed.includes(n)) out.add(n);
+    else if (!unknown.includes(n)) unknown.push(n);
   }
+  // Every unknown name at once (the list's length is bounded above, so this one is too).
+  if (unknown.length) throw invalidParameter(parameter, `unknown ${noun}${unknown.length > 1 ? 's' : ''} ${unknown.map((n) => `'${n.slice(0, 64)}'`).join(', ')}`);
   return out;
+}
+
+/**
+ * Runs every parser of query values, and answers all their failures together (SPEC §7.1 rule 4):
+ * `?limit=0&sort=nope` names both parameters, not only the first one met.
+ */
+export function parseAll<T extends readonly unknown[]>(...parsers: { [K in keyof T]: () => T[K] }): T {
+  const out: unknown[] = [];
+  const failed: ApiError[] = [];
+  for (const parse of parsers as readonly (() => unknown)[]) {
+    try {
+      out.push(parse());
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.slug !== 'invalid-parameter') throw err;
+      failed.push(err);
+      out.push(undefined);
+    }
+  }
+  if (failed.length === 1) throw failed[0]!;
+  if (failed.length > 1) {
+    const errors: FieldError[] = failed.flatMap((e) => e.extra.errors ?? []);
+    throw new ApiError('invalid-parameter', `The query has ${errors.length} invalid parameters.`, { errors });
+  }
+  return out as unknown as T;
 }
 
 /** undefined: no `fields` parameter, keep everything. */

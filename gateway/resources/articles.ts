@@ -19,6 +19,7 @@ import {
   pageFingerprint,
   pageLinks,
   pageText,
+  parseAll,
   parseFields,
   parseLimit,
   parseSort,
@@ -150,6 +151,13 @@ export function renderArticle(a: ArticleRecord, language: string, lq: string): R
   };
 }
 
+/** The `tag` filter of a list: undefined for every article. */
+function parseTag(query: URLSearchParams): string | undefined {
+  const tag = query.get('tag') ?? undefined;
+  if (tag !== undefined && !new RegExp(TAG).test(tag)) throw invalidParameter('tag', 'must be a tag: lower-case letters, digits, _ and -, at most 40');
+  return tag;
+}
+
 function languageOf(accepted: AcceptedLanguages | undefined, a: ArticleRecord): string {
   return negotiateLanguage(accepted, Object.keys(a.translations), a.defaultLanguage);
 }
@@ -229,11 +237,12 @@ export const articleRoutes: RouteDef[] = [
     response: collectionSchema(articleSchema),
     async handle(ctx) {
       const reader = readerOf(ctx);
-      const tag = ctx.query.get('tag') ?? undefined;
-      if (tag !== undefined && !new RegExp(TAG).test(tag)) throw invalidParameter('tag', 'must be a tag: lower-case letters, digits, _ and -, at most 40');
-      const { sort, dir } = parseSort(ctx.query, ARTICLE_SORTS, '-createdAt');
-      const limit = parseLimit(ctx.query);
-      const fields = parseFields(ctx.query, ARTICLE_FIELDS);
+      const [tag, { sort, dir }, limit, fields] = parseAll(
+        () => parseTag(ctx.query),
+        () => parseSort(ctx.query, ARTICLE_SORTS, '-createdAt'),
+        () => parseLimit(ctx.query),
+        () => parseFields(ctx.query, ARTICLE_FIELDS),
+      );
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
       const after = decodeCursor(ctx.query, tag ?? '', sortKey, 'number');
       const { rows, hasMore } = await gatherPage<ArticleRecord>(ctx.bus, 'article.list', { tenant: reader.tenant, filter: tag, sort, dir, after, limit, withChildren: true });

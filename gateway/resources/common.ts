@@ -2,7 +2,7 @@
 
 import { ApiError, PROBLEMS, type ProblemSlug } from '../../common/errors.js';
 import { parseId, partitionOf, type IdKind } from '../../common/ids.js';
-import { decodeCursor, encodeCursor, gatherPage, pageFingerprint, pageLinks, pageText, parseFields, parseLimit, parseSort, project, variantOf } from '../collection.js';
+import { decodeCursor, encodeCursor, gatherPage, pageFingerprint, pageLinks, pageText, parseAll, parseFields, parseLimit, parseSort, project, variantOf } from '../collection.js';
 import { cachedRendering } from '../representation.js';
 import { type Ctx, type JsonSchema, type Outcome, principalOf } from '../route.js';
 
@@ -147,10 +147,12 @@ export async function plainListPage<T extends { id: string; version: number }>(
   },
 ): Promise<Outcome> {
   const tenant = principalOf(ctx).tenant;
-  const { sort, dir } = parseSort(ctx.query, opts.sorts, opts.defaultSort ?? '-createdAt');
+  const [{ sort, dir }, limit, fields] = parseAll(
+    () => parseSort(ctx.query, opts.sorts, opts.defaultSort ?? '-createdAt'),
+    () => parseLimit(ctx.query),
+    () => parseFields(ctx.query, opts.fields),
+  );
   const filterKey = opts.filter ?? '';
-  const limit = parseLimit(ctx.query);
-  const fields = parseFields(ctx.query, opts.fields);
   const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
   const after = decodeCursor(ctx.query, filterKey, sortKey, opts.stringSorts.includes(sort) ? 'string' : 'number');
   const { rows, hasMore } = await gatherPage<T>(ctx.bus, opts.kind, { tenant, filter: opts.filter, sort, dir, after, limit, withChildren: false });

@@ -18,6 +18,7 @@ import {
   pageLinks,
   pageText,
   parseExpand,
+  parseAll,
   parseFields,
   parseLimit,
   parseSort,
@@ -140,6 +141,13 @@ const orderSchemaV2: JsonSchema = (() => {
     properties: { ...rest, total: { ...moneySchema, description: 'Sum of the items; read-only.' }, items: { type: 'array', items: itemSchemaV2, description: 'With expand=items.' } },
   };
 })();
+
+/** The `status` filter of a list: undefined for every status. */
+function parseStatus(query: URLSearchParams): OrderStatus | undefined {
+  const status = query.get('status') ?? undefined;
+  if (status !== undefined && !STATUSES.includes(status as OrderStatus)) throw invalidParameter('status', `must be one of ${STATUSES.join(', ')}`);
+  return status as OrderStatus | undefined;
+}
 
 // ---- rendering ----
 
@@ -383,12 +391,13 @@ export const orderRoutes: RouteDef[] = [
     v2: { response: collectionSchema(orderSchemaV2) },
     async handle(ctx) {
       const tenant = principalOf(ctx).tenant;
-      const status = ctx.query.get('status') ?? undefined;
-      if (status !== undefined && !STATUSES.includes(status as OrderStatus)) throw invalidParameter('status', `must be one of ${STATUSES.join(', ')}`);
-      const { sort, dir } = parseSort(ctx.query, ORDER_SORTS, '-createdAt');
-      const limit = parseLimit(ctx.query);
-      const fields = parseFields(ctx.query, orderFields(ctx.version));
-      const expand = parseExpand(ctx.query, ORDER_EXPANDS);
+      const [status, { sort, dir }, limit, fields, expand] = parseAll(
+        () => parseStatus(ctx.query),
+        () => parseSort(ctx.query, ORDER_SORTS, '-createdAt'),
+        () => parseLimit(ctx.query),
+        () => parseFields(ctx.query, orderFields(ctx.version)),
+        () => parseExpand(ctx.query, ORDER_EXPANDS),
+      );
       const filterKey = `status=${status ?? ''}`;
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
       const after = decodeCursor(ctx.query, filterKey, sortKey, 'number');

@@ -798,6 +798,27 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
       const res = await c.get(`/v1/orders?${query}`);
       assertProblem(t, res, 400, 'invalid-parameter', { parameter });
     }
+    // Every bad value at once (SPEC §7.1 rule 4), and every unknown name of one list in its entry.
+    const all = await c.get('/v1/orders?limit=0&sort=nope&status=shipped&fields=foo,status,bar&expand=baz');
+    assertProblem(t, all, 400, 'invalid-parameter');
+    t.deepEqual(
+      (all.json.errors as { parameter: string }[]).map((e) => e.parameter),
+      ['status', 'sort', 'limit', 'fields', 'expand'],
+    );
+    t.regex((all.json.errors as { detail: string }[])[3]!.detail, /unknown fields 'foo', 'bar'/);
+    const reader = await tenant(t, 'lbad-reader', 'articles:read users:read');
+    const articles = await reader.get('/v1/articles?tag=NOT%20A%20TAG&limit=0');
+    t.is(articles.status, 400, articles.text);
+    t.deepEqual(
+      (articles.json.errors as { parameter: string }[]).map((e) => e.parameter),
+      ['tag', 'limit'],
+    );
+    const users = await reader.get('/v1/users?sort=nope&limit=999');
+    t.is(users.status, 400, users.text);
+    t.deepEqual(
+      (users.json.errors as { parameter: string }[]).map((e) => e.parameter),
+      ['sort', 'limit'],
+    );
   });
 
   test('lists: a cursor only works with the filter and sort that issued it', async (t) => {
