@@ -37,7 +37,8 @@ function listMaxLength(names: readonly string[]): number {
 export function fieldsParam(names: readonly string[]): QueryParam {
   return {
     description: `Comma-separated members to keep (id and _links always stay): ${names.join(', ')}.`,
-    schema: { type: 'string', maxLength: listMaxLength(names) },
+    // Naming _links too is allowed (parseFields).
+    schema: { type: 'string', maxLength: listMaxLength(names) + ', _links'.length },
   };
 }
 

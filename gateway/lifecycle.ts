@@ -3,8 +3,9 @@
 // is one Map lookup by the matched route (no string building unless the successor names path
 // parameters) and a comparison of the clock against the brownout windows.
 //
-//   deprecated  → Deprecation: @<unix> (RFC 9745) + Link rel="deprecation" (+ rel="successor-version")
-//   sunsetting  → also Sunset: <HTTP-date> (RFC 8594)
+//   deprecated  → Deprecation: @<unix> (RFC 9745) + Link rel="deprecation" (+ rel="successor-version"),
+//                 and Sunset once the entry has a date (SPEC §9.3)
+//   sunsetting  → also Sunset: <HTTP-date> (RFC 8594), always: its date is required
 //   brownout    → a sunsetting or deprecated entry inside one of its windows: 410 `gone`
 //   retired     → 410 `gone`, naming the successor, with the same headers
 
@@ -154,8 +155,9 @@ function compile(entry: LifecycleEntry): Compiled {
   // sends Deprecation, Sunset and Link on every answer), as GET /v1/deprecations publishes it.
   const sunset = entry.sunsetAt !== undefined ? new Date(Date.parse(entry.sunsetAt)).toUTCString() : undefined;
   const successorParts = entry.successor?.includes('{') ? entry.successor.split(/\{(\w+)\}/) : undefined;
-  // Every non-active route links rel="deprecation": to its guide, or else to the schedule.
-  const guide = entry.guide ?? SCHEDULE;
+  // Every non-active route links rel="deprecation": to its guide; or else, for a v1 route, to the
+  // v1 → v2 migration guide, and for any other to the schedule.
+  const guide = entry.guide ?? (entry.path.startsWith('/v1/') ? MIGRATION_GUIDE : SCHEDULE);
   const link = successorParts ? undefined : linkValue(guide, entry.successor);
   return {
     entry,
@@ -172,7 +174,8 @@ function linkValue(guide: string, successor: string | undefined): string {
   return successor === undefined ? `<${guide}>; rel="deprecation"` : `<${guide}>; rel="deprecation", <${successor}>; rel="successor-version"`;
 }
 
-/** Where rel="deprecation" points for an entry that names no guide: the schedule, as JSON. */
+/** Where rel="deprecation" points for an entry that names no guide (see compile). */
+const MIGRATION_GUIDE = '/docs/migration-v1-v2';
 const SCHEDULE = '/v1/deprecations';
 
 /** The effective state at `now`: a brownout window turns a live entry into 410s for its length. */

@@ -406,7 +406,7 @@ function parseBody(req: GatewayRequest, route: RouteDef, config: Config): unknow
   // A coded body (gzip, br) is not decoded: refused as such, not misread as a body that is not
   // UTF-8, and plain JSON labelled with a coding is not taken for what its label says it is not.
   const coding = req.headers['content-encoding'];
-  if (coding !== undefined && coding.trim().toLowerCase() !== 'identity') {
+  if (coding !== undefined && codedBody(coding)) {
     throw unsupportedBody('Send the body without a Content-Encoding: no coding of request bodies is accepted.', req.method, accepted);
   }
   const ctype = req.headers['content-type'];
@@ -439,6 +439,18 @@ function parseBody(req: GatewayRequest, route: RouteDef, config: Config): unknow
   spec.precheck?.(body, config);
   validateBody(spec.schema, body, spec.readOnly ?? [], raw.length);
   return body;
+}
+
+/**
+ * Whether a Content-Encoding value names a coding: a list (repeated lines arrive joined), whose
+ * empty elements and `identity` name none (RFC 9110 §5.6.1, §8.4.1).
+ */
+function codedBody(value: string): boolean {
+  for (const part of value.split(',')) {
+    const c = part.trim().toLowerCase();
+    if (c !== '' && c !== 'identity') return true;
+  }
+  return false;
 }
 
 /** 415, saying what may be sent: no coding (RFC 7694 §3) and, for PATCH, the media types (RFC 5789 §2.2). */

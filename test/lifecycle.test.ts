@@ -117,17 +117,21 @@ test.serial('sunsetting: Sunset carries the HTTP-date (RFC 8594)', async (t) => 
   t.regex(a.headers.link ?? '', /rel="deprecation"/);
 });
 
-test.serial('deprecated with a date already set: Sunset too; with no guide named, rel="deprecation" links the schedule', async (t) => {
+test.serial('deprecated with a date already set: Sunset too; with no guide named, rel="deprecation" links the migration guide (v1) or the schedule', async (t) => {
   // SPEC §9.3: a deprecated endpoint sends Deprecation, Sunset and Link rel="deprecation" on every answer.
   t.context.registry.replace([entry({ sunsetAt: SUNSET_AT, guide: undefined })]);
   const a = await getOrder(t);
   t.is(a.status, 200);
   t.is(a.headers.sunset, 'Wed, 01 Jul 2026 00:00:00 GMT');
-  t.is(a.headers.link, `</v1/deprecations>; rel="deprecation", </v2/orders/${t.context.orderId}>; rel="successor-version"`);
+  t.is(a.headers.link, `</docs/migration-v1-v2>; rel="deprecation", </v2/orders/${t.context.orderId}>; rel="successor-version"`);
   t.context.registry.replace([entry({ guide: undefined, successor: undefined })]);
   const alone = await getOrder(t);
-  t.is(alone.headers.link, '</v1/deprecations>; rel="deprecation"');
+  t.is(alone.headers.link, '</docs/migration-v1-v2>; rel="deprecation"');
   t.is(alone.headers.sunset, undefined, 'no date set, none sent');
+  // A v2 route has no guide of its own to point at: the schedule.
+  t.context.registry.replace([entry({ path: '/v2/orders/{orderId}', guide: undefined, successor: undefined })]);
+  const v2 = await t.context.call({ method: 'GET', path: `/v2/orders/${t.context.orderId}`, headers: { authorization: `Bearer ${t.context.tok}` } });
+  t.is(v2.headers.link, '</v1/deprecations>; rel="deprecation"');
 });
 
 test.serial('brownout windows answer 410 by the clock, and only inside the window', async (t) => {
