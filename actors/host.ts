@@ -345,7 +345,7 @@ export class ActorHost implements ActorEndpoint {
     switch (cmd.kind) {
       case 'order.batch': {
         const orders = this.actors.order.table as unknown as Table<OrderRecord>;
-        return this.write(admission, cmd, batchKeys(cmd), (now) => planBatch(cmd, orders, now));
+        return this.write(admission, cmd, this.ownKeys(orders, batchKeys(cmd), cmd.tenant), (now) => planBatch(cmd, orders, now));
       }
       case 'user.create':
       case 'user.replace':
@@ -354,7 +354,7 @@ export class ActorHost implements ActorEndpoint {
         const users = this.actors.user.table as unknown as Table<UserRecord>;
         // A deleted user leaves no membership behind: same lock, same transaction.
         const cascade = (): Write<unknown>[] => dropMemberships(this.teamTables, cmd.tenant, byUser(cmd.id));
-        return this.write(admission, cmd, [usersLock(cmd.tenant), cmd.id], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
+        return this.write(admission, cmd, [usersLock(cmd.tenant), ...this.ownKeys(users, [cmd.id], cmd.tenant)], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
       }
       case 'webhook.create': {
         // Creates of one tenant take turns, so the count they check cannot be passed by a race.
@@ -368,7 +368,7 @@ export class ActorHost implements ActorEndpoint {
         });
       }
       case 'refund.create':
-        return this.write(admission, cmd, [cmd.orderId], (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {
+        return this.write(admission, cmd, this.ownKeys(this.refundTables.orders, [cmd.orderId], cmd.tenant), (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {
           if (result.ok && !result.replayed) this.refunds.kick(result.value as OperationRecord);
           return result;
         });
@@ -376,8 +376,10 @@ export class ActorHost implements ActorEndpoint {
       case 'team.delete':
       case 'member.add':
       case 'member.patch':
-      case 'member.remove':
-        return this.write(admission, cmd, [usersLock(cmd.tenant), cmd.id], (now) => planTeamWrite(cmd, this.teamTables, now));
+      case 'member.remove': {
+        const table = cmd.kind.startsWith('team.') ? this.teamTables.teams : this.teamTables.members;
+        return this.write(admission, cmd, [usersLock(cmd.tenant), ...this.ownKeys(table, [cmd.id], cmd.tenant)], (now) => planTeamWrite(cmd, this.teamTables, now));
+      }
       case 'usage.add':
         return this.write(admission, cmd, [usageLock(cmd.partition)], () => planUsageAdd(cmd, this.usage));
       case 'idem.take':
@@ -387,9 +389,26 @@ export class ActorHost implements ActorEndpoint {
         throw new Error('answered by read()');
       default: {
         const bound = this.actorFor(cmd);
-        return this.write(admission, cmd, [cmd.id], (now) => this.plan(cmd, bound, now));
+        return this.write(admission, cmd, this.ownKeys(bound.table, [cmd.id], cmd.tenant), (now) => this.plan(cmd, bound, now));
       }
     }
+  }
+
+  /**
+   * `ids` without those naming another tenant's record: for the caller such a record does not
+   * exist, and its turn, which only answers so (and keeps that answer under its
+   * Idempotency-Key), must not queue behind the owner's writes, nor hold them up or fill their
+   * mailbox. A record's tenant never changes, and no other tenant can create one under its id.
+   */
+  private ownKeys(table: Table<Versioned>, ids: string[], tenant: string): string[] {
+    if (ids.length === 1) {
+      const stored = table.get(ids[0]!);
+      return stored === undefined || stored.tenant === tenant ? ids : [];
+    }
+    return ids.filter((id) => {
+      const stored = table.get(id);
+      return stored === undefined || stored.tenant === tenant;
+    });
   }
 
   /** Reads answer from committed state at once, without a turn; undefined for a write. */

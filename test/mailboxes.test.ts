@@ -2,6 +2,7 @@
 // the other however they take it (alone, as a keyed write's pair, all at once or one by one),
 // a turn holding thousands of keys starts and ends, and every mailbox is given back.
 
+import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type TestFn } from 'ava';
 import { newId, partitionOf } from '../common/ids.js';
 import { ActorHost } from '../actors/host.js';
@@ -156,4 +157,44 @@ test('a turn that rejects does not take the turns queued behind it under its key
   t.deepEqual(await pair, { ok: true, value: 'pair' });
   t.deepEqual(ran, ['first', 'alone', 'pair']);
   t.is(host.boxes.size, 0, 'every mailbox given back');
+});
+
+test("another tenant's writes naming a record are answered without its mailbox: they neither wait behind the owner's writes nor fill the mailbox against them", async (t) => {
+  const dir = await tempDir('mailboxes-tenants');
+  const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 2, log: silentLog() });
+  let release: () => void = () => undefined;
+  try {
+    const id = newId('order', PARTITION);
+    valueOf(await host.handle(create(id)));
+    // The owner's write keeps the order's turn until `release`.
+    const store = (host as unknown as { store: { commit(writes: unknown[]): Promise<void> } }).store;
+    const commit = store.commit.bind(store);
+    const held = new Promise<void>((resolve) => (release = resolve));
+    store.commit = async (writes) => {
+      store.commit = commit;
+      await held;
+      return commit(writes);
+    };
+    const first = host.handle(patch(id, { a: '1' }));
+    // Another tenant, with Idempotency-Keys (each answer kept, so each turn commits): before,
+    // they queued on the order's mailbox, the third was refused, and the owner's next write too.
+    const foreign = [1, 2, 3].map((n) => host.handle({ ...patch(id, { x: String(n) }, `other-${n}`), tenant: 't2' }));
+    const answered = await Promise.race([Promise.all(foreign), delay(3000).then(() => undefined)]);
+    t.truthy(answered, "the other tenant's writes were answered while the owner's turn was held");
+    t.deepEqual(
+      answered?.map((r) => (r.ok ? 'ok' : r.error.code)),
+      ['not-found', 'not-found', 'not-found'],
+    );
+    const second = host.handle(patch(id, { b: '2' }));
+    release();
+    t.true((await first).ok);
+    const r = await second;
+    t.true(r.ok, JSON.stringify(r));
+    const order = valueOf<OrderRecord>(await host.handle({ kind: 'order.get', tenant: 't1', partition: partitionOf(id), id }));
+    t.deepEqual(order.metadata, { a: '1', b: '2' });
+  } finally {
+    release();
+    await host.close();
+    await removeDir(dir);
+  }
 });
