@@ -179,11 +179,22 @@ test("another tenant's writes naming a record are answered without its mailbox: 
     // Another tenant, with Idempotency-Keys (each answer kept, so each turn commits): before,
     // they queued on the order's mailbox, the third was refused, and the owner's next write too.
     const foreign = [1, 2, 3].map((n) => host.handle({ ...patch(id, { x: String(n) }, `other-${n}`), tenant: 't2' }));
-    const answered = await Promise.race([Promise.all(foreign), delay(3000).then(() => undefined)]);
+    // And a batch patching it beside a create of its own.
+    const ops: BatchOp[] = [
+      { index: 0, op: 'patch', id, ifMatch: undefined, patch: { note: 'other' } },
+      { index: 1, op: 'create', id: newId('order', PARTITION), input, items: [] },
+    ];
+    const batch = host.handle({ kind: 'order.batch', tenant: 't2', partition: PARTITION, atomic: false, ops, idem: { key: 'other-batch', fingerprint: 'fp' } });
+    const answered = await Promise.race([Promise.all([...foreign, batch]), delay(3000).then(() => undefined)]);
     t.truthy(answered, "the other tenant's writes were answered while the owner's turn was held");
     t.deepEqual(
-      answered?.map((r) => (r.ok ? 'ok' : r.error.code)),
+      answered?.slice(0, 3).map((r) => (r.ok ? 'ok' : r.error.code)),
       ['not-found', 'not-found', 'not-found'],
+    );
+    const outcomes = valueOf<BatchOutcome[]>(answered![3]!);
+    t.deepEqual(
+      outcomes.map((o) => o.ok),
+      [false, true],
     );
     const second = host.handle(patch(id, { b: '2' }));
     release();
