@@ -346,10 +346,8 @@ export class ActorHost implements ActorEndpoint {
       case 'order.batch': {
         const orders = this.actors.order.table as unknown as Table<OrderRecord>;
         // Only the orders it patches or deletes are looked at: its creates' ids are new.
-        const named = [...new Set(cmd.ops.flatMap((op) => (op.op === 'create' ? [] : [op.id])))];
-        const own = this.ownKeys(orders, named, cmd.tenant);
-        const foreign = own.length === named.length ? undefined : new Set(named.filter((id) => !own.includes(id)));
-        const keys = foreign ? batchKeys(cmd).filter((id) => !foreign.has(id)) : batchKeys(cmd);
+        const named = new Set(cmd.ops.flatMap((op) => (op.op === 'create' ? [] : [op.id])));
+        const keys = named.size ? batchKeys(cmd).filter((id) => !named.has(id) || !this.othersRecord(orders, id, cmd.tenant)) : batchKeys(cmd);
         return this.write(admission, cmd, keys, (now) => planBatch(cmd, orders, now));
       }
       case 'user.create':
@@ -359,7 +357,7 @@ export class ActorHost implements ActorEndpoint {
         const users = this.actors.user.table as unknown as Table<UserRecord>;
         // A deleted user leaves no membership behind: same lock, same transaction.
         const cascade = (): Write<unknown>[] => dropMemberships(this.teamTables, cmd.tenant, byUser(cmd.id));
-        return this.write(admission, cmd, [usersLock(cmd.tenant), ...this.ownKeys(users, [cmd.id], cmd.tenant, cmd.kind)], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
+        return this.write(admission, cmd, [usersLock(cmd.tenant), ...this.ownKeys(users, cmd.id, cmd.tenant, cmd.kind)], (now) => planUserWrite(cmd, users, this.claims, now, cascade));
       }
       case 'webhook.create': {
         // Creates of one tenant take turns, so the count they check cannot be passed by a race.
@@ -373,7 +371,7 @@ export class ActorHost implements ActorEndpoint {
         });
       }
       case 'refund.create':
-        return this.write(admission, cmd, this.ownKeys(this.refundTables.orders, [cmd.orderId], cmd.tenant), (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {
+        return this.write(admission, cmd, this.othersRecord(this.refundTables.orders, cmd.orderId, cmd.tenant) ? [] : [cmd.orderId], (now) => planRefundStart(cmd, this.refundTables, now)).then((result) => {
           if (result.ok && !result.replayed) this.refunds.kick(result.value as OperationRecord);
           return result;
         });
@@ -383,7 +381,7 @@ export class ActorHost implements ActorEndpoint {
       case 'member.patch':
       case 'member.remove': {
         const table = cmd.kind.startsWith('team.') ? this.teamTables.teams : this.teamTables.members;
-        return this.write(admission, cmd, [usersLock(cmd.tenant), ...this.ownKeys(table, [cmd.id], cmd.tenant, cmd.kind)], (now) => planTeamWrite(cmd, this.teamTables, now));
+        return this.write(admission, cmd, [usersLock(cmd.tenant), ...this.ownKeys(table, cmd.id, cmd.tenant, cmd.kind)], (now) => planTeamWrite(cmd, this.teamTables, now));
       }
       case 'usage.add':
         return this.write(admission, cmd, [usageLock(cmd.partition)], () => planUsageAdd(cmd, this.usage));
@@ -394,29 +392,30 @@ export class ActorHost implements ActorEndpoint {
         throw new Error('answered by read()');
       default: {
         const bound = this.actorFor(cmd);
-        return this.write(admission, cmd, this.ownKeys(bound.table, [cmd.id], cmd.tenant, cmd.kind), (now) => this.plan(cmd, bound, now));
+        return this.write(admission, cmd, this.ownKeys(bound.table, cmd.id, cmd.tenant, cmd.kind), (now) => this.plan(cmd, bound, now));
       }
     }
   }
 
   /**
-   * `ids` without those naming another tenant's record: for the caller such a record does not
-   * exist, and its turn, which only answers so (and keeps that answer under its
-   * Idempotency-Key), must not queue behind the owner's writes, nor hold them up or fill their
-   * mailbox. A record's tenant never changes, and no other tenant can create one under its id.
+   * The key a write of `kind` holds for the record `id`: none when the record is another
+   * tenant's (othersRecord). A create's id was minted for it by the gateway, so nothing is
+   * stored under it, and it is not looked up: a lookup of an id not stored is a read of LMDB,
+   * where a stored record is mostly a cache hit.
    */
-  private ownKeys(table: Table<Versioned>, ids: string[], tenant: string, kind = ''): string[] {
-    // A create's id was minted for it by the gateway: nothing is stored under it (and a lookup of
-    // an id not stored is a read of LMDB, where a stored record is mostly a cache hit).
-    if (kind.endsWith('.create') || kind === 'member.add') return ids;
-    if (ids.length === 1) {
-      const stored = table.get(ids[0]!);
-      return stored === undefined || stored.tenant === tenant ? ids : [];
-    }
-    return ids.filter((id) => {
-      const stored = table.get(id);
-      return stored === undefined || stored.tenant === tenant;
-    });
+  private ownKeys(table: Table<Versioned>, id: string, tenant: string, kind: string): string[] {
+    return kind.endsWith('.create') || kind === 'member.add' || !this.othersRecord(table, id, tenant) ? [id] : [];
+  }
+
+  /**
+   * Whether `id` names another tenant's record. For the caller it does not exist, and its turn,
+   * which only answers so (and keeps that answer under its Idempotency-Key), must not queue
+   * behind the owner's writes, nor hold them up or fill their mailbox. A record's tenant never
+   * changes, and no other tenant can create one under its id.
+   */
+  private othersRecord(table: Table<Versioned>, id: string, tenant: string): boolean {
+    const stored = table.get(id);
+    return stored !== undefined && stored.tenant !== tenant;
   }
 
   /** Reads answer from committed state at once, without a turn; undefined for a write. */
