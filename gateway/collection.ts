@@ -29,16 +29,21 @@ export const LIST_PARAMS: Record<string, QueryParam> = {
   },
 };
 
-/** Longest comma-separated list of `names` accepted: each named once, a space after each comma. */
-function listMaxLength(names: readonly string[]): number {
-  return names.join(', ').length;
+/**
+ * Longest comma-separated list of `names` accepted: each named once, a space after each comma,
+ * and `kept` too when given (a name always kept that may be named, as `_links` in `fields`).
+ */
+function listMaxLength(names: readonly string[], kept?: string): number {
+  return names.join(', ').length + (kept === undefined ? 0 : kept.length + ', '.length);
 }
+
+/** What `fields` may name besides a resource's members: it always stays. */
+const KEPT_FIELD = '_links';
 
 export function fieldsParam(names: readonly string[]): QueryParam {
   return {
     description: `Comma-separated members to keep (id and _links always stay): ${names.join(', ')}.`,
-    // Naming _links too is allowed (parseFields).
-    schema: { type: 'string', maxLength: listMaxLength(names) + ', _links'.length },
+    schema: { type: 'string', maxLength: listMaxLength(names, KEPT_FIELD) },
   };
 }
 
@@ -73,7 +78,7 @@ function parseList(query: URLSearchParams, parameter: string, allowed: readonly 
   const raw = query.get(parameter);
   const out = new Set<string>();
   if (raw === null) return out;
-  if (raw.length > listMaxLength(allowed) + (kept === undefined ? 0 : kept.length + 2)) throw invalidParameter(parameter, `is longer than naming every ${noun} once`);
+  if (raw.length > listMaxLength(allowed, kept)) throw invalidParameter(parameter, `is longer than naming every ${noun} once`);
   const unknown: string[] = [];
   for (const name of raw.split(',')) {
     const n = name.trim();
@@ -112,7 +117,7 @@ export function parseAll<T extends readonly unknown[]>(...parsers: { [K in keyof
 
 /** undefined: no `fields` parameter, keep everything. */
 export function parseFields(query: URLSearchParams, allowed: readonly string[]): Set<string> | undefined {
-  return query.has('fields') ? parseList(query, 'fields', allowed, 'field', '_links') : undefined;
+  return query.has('fields') ? parseList(query, 'fields', allowed, 'field', KEPT_FIELD) : undefined;
 }
 
 export function parseExpand(query: URLSearchParams, allowed: readonly string[]): Set<string> {
