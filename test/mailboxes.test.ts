@@ -8,7 +8,7 @@ import { newId, partitionOf } from '../common/ids.js';
 import { ActorHost } from '../actors/host.js';
 import type { BatchOp, BatchOutcome, Command, OrderRecord, Result } from '../proto/messages.js';
 import { allPartitions } from '../common/partitions.js';
-import { failCommits, removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { failCommits, holdNextCommit, removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 
 interface Context {
   dir: string;
@@ -167,14 +167,7 @@ test("another tenant's writes naming a record are answered without its mailbox: 
     const id = newId('order', PARTITION);
     valueOf(await host.handle(create(id)));
     // The owner's write keeps the order's turn until `release`.
-    const store = (host as unknown as { store: { commit(writes: unknown[]): Promise<void> } }).store;
-    const commit = store.commit.bind(store);
-    const held = new Promise<void>((resolve) => (release = resolve));
-    store.commit = async (writes) => {
-      store.commit = commit;
-      await held;
-      return commit(writes);
-    };
+    release = holdNextCommit(host);
     const first = host.handle(patch(id, { a: '1' }));
     // Another tenant, with Idempotency-Keys (each answer kept, so each turn commits): before,
     // they queued on the order's mailbox, the third was refused, and the owner's next write too.

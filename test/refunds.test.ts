@@ -13,7 +13,7 @@ import { newId, partitionOf } from '../common/ids.js';
 import type { Command, OperationRecord, OrderRecord, RefundRecord, Result } from '../proto/messages.js';
 import { exited, killAll, startChild } from './helpers/child-service.js';
 import { Api } from './helpers/client.js';
-import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { holdNextCommit, removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { newTenant } from './helpers/order-suite.js';
 import { paidOrder } from './helpers/refund-suite.js';
 import { startEmbedded } from './helpers/service.js';
@@ -435,15 +435,7 @@ test("a refund job is not refused a turn by its order's full mailbox: it finishe
     // The job's first turn is over (its mailbox given back) once it asks the processor.
     await processorAsked;
     // A client's write whose commit is held: it keeps the order's turn until `release`.
-    const store = (host as unknown as { store: { commit(writes: unknown[]): Promise<void> } }).store;
-    const commit = store.commit.bind(store);
-    let release: () => void = () => undefined;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    store.commit = async (writes) => {
-      store.commit = commit;
-      await held;
-      return commit(writes);
-    };
+    const release = holdNextCommit(host);
     const partition = partitionOf(order.id);
     const patching = host.handle({ kind: 'order.patch', tenant: TENANT, partition, id: order.id, ifMatch: undefined, patch: { note: 'held' } });
     await delay(20);

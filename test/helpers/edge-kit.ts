@@ -43,6 +43,23 @@ export function failCommits(host: object, n: number, delayMs = 0): void {
   };
 }
 
+/**
+ * Holds the next commit of `host`'s store until the function returned is called, so the turn
+ * making it keeps its keys' mailboxes meanwhile; later commits go through as usual.
+ */
+export function holdNextCommit(host: object): () => void {
+  const store = (host as { store: { commit(writes: unknown[]): Promise<void> } }).store;
+  const commit = store.commit.bind(store);
+  let release: () => void = () => undefined;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  store.commit = async (writes) => {
+    store.commit = commit;
+    await held;
+    return commit(writes);
+  };
+  return release;
+}
+
 /** A logger whose JSON lines land in `lines`, to check what was (and was not) logged. */
 export function capturingLog(lines: string[]): Logger {
   return pino({ level: 'info' }, { write: (s: string) => void lines.push(s) });
