@@ -226,7 +226,11 @@ function orderVariant(o: OrderRecord, fields: Set<string> | undefined, expand: S
 
 /** The fields and expansions a GET of one order asks for. */
 function orderView(ctx: Ctx): { fields: Set<string> | undefined; expand: Set<string> } {
-  return { fields: parseFields(ctx.query, orderFields(ctx.version)), expand: parseExpand(ctx.query, ORDER_EXPANDS) };
+  const [fields, expand] = parseAll(
+    () => parseFields(ctx.query, orderFields(ctx.version)),
+    () => parseExpand(ctx.query, ORDER_EXPANDS),
+  );
+  return { fields, expand };
 }
 
 /** The read of the order in the path. Spelled out: spreading target() cost a GET 2% of its instructions. */

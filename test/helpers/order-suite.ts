@@ -821,6 +821,14 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
       (users.json.errors as { parameter: string }[]).map((e) => e.parameter),
       ['sort', 'limit'],
     );
+    // One order's GET names a bad fields list and a bad expansion together too.
+    const order = await createOrder(t, c);
+    const one = await c.get(`/v1/orders/${order.id}?fields=foo&expand=baz`);
+    assertProblem(t, one, 400, 'invalid-parameter');
+    t.deepEqual(
+      (one.json.errors as { parameter: string }[]).map((e) => e.parameter),
+      ['fields', 'expand'],
+    );
   });
 
   test('lists: a cursor only works with the filter and sort that issued it', async (t) => {
