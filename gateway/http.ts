@@ -12,6 +12,7 @@ import type { Logger } from '../common/log.js';
 import type { GatewayRequest, GatewayResponse, RequestHeaders } from './http-types.js';
 import { traceIdOf } from './pipeline.js';
 import { BodyBuffer, maxChunks } from './body.js';
+import { REPEATED_LINE } from './idempotency.js';
 import { problemResponse } from './problem.js';
 
 export interface HttpServer {
@@ -240,7 +241,9 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         case 15:
           if (k === 'accept-encoding') headers['accept-encoding'] = joined(headers['accept-encoding'], v);
           else if (k === 'accept-language') headers['accept-language'] = joined(headers['accept-language'], v);
-          else if (k === 'idempotency-key') headers['idempotency-key'] = joined(headers['idempotency-key'], v);
+          // Repeats are joined by a line feed, which no one line can hold: the key is one value
+          // (a structured-field String), and two lines are refused, never read as "a, b".
+          else if (k === 'idempotency-key') headers['idempotency-key'] = headers['idempotency-key'] === undefined ? v : `${headers['idempotency-key']}${REPEATED_LINE}${v}`;
           break;
         case 16:
           if (k === 'content-encoding') headers['content-encoding'] = joined(headers['content-encoding'], v);

@@ -15,6 +15,9 @@ import { BoundedMap } from '../common/bounded-map.js';
 
 export const MAX_KEY_LENGTH = 255;
 
+/** What joins repeated Idempotency-Key lines at the edge: a line feed, which no one line holds. */
+export const REPEATED_LINE = '\n';
+
 /**
  * The key from the header, or undefined when there is none. The draft defines the value as a
  * structured-field String (RFC 8941 §3.3.3), quoted; most clients send it bare, as Stripe
@@ -22,6 +25,9 @@ export const MAX_KEY_LENGTH = 255;
  */
 export function parseIdempotencyKey(header: string | undefined): string | undefined {
   if (header === undefined) return undefined;
+  if (header.includes(REPEATED_LINE)) {
+    throw new ApiError('malformed-request', 'Idempotency-Key must be sent once.', { errors: [{ header: 'Idempotency-Key', detail: 'must be sent once' }] });
+  }
   let key = header.trim();
   if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) key = key.slice(1, -1).replace(/\\(["\\])/g, '$1');
   if (key.length === 0 || key.length > MAX_KEY_LENGTH || !/^[\x20-\x7e]+$/.test(key)) {

@@ -167,6 +167,32 @@ test('repeated header lines reach the gateway joined, whatever the case of their
   t.is(neither.body.toString(), order.text);
 });
 
+test('two Idempotency-Key lines are 400 and nothing runs; one line holding a comma is a key', async (t) => {
+  const tok = await tenantToken('two-keys');
+  const body = JSON.stringify({ currency: 'EUR' });
+  const post = async (headers: Record<string, string>): Promise<RawResponse> =>
+    only(
+      parseResponses(
+        (await rawExchange(t.context.service.port, { send: [rawRequest('POST', '/v1/orders', { Authorization: `Bearer ${tok}`, 'Content-Type': 'application/json', ...headers, Connection: 'close' }, body)] })).bytes,
+        ['POST'],
+      ),
+    );
+  const twice = await post({ 'Idempotency-Key': 'a', 'idempotency-key': 'b' });
+  t.is(twice.status, 400, twice.body.toString());
+  const problem = JSON.parse(twice.body.toString()) as { type: string; errors: { header: string; detail: string }[] };
+  t.is(problem.type, '/problems/malformed-request');
+  t.deepEqual(problem.errors, [{ header: 'Idempotency-Key', detail: 'must be sent once' }]);
+  // Nothing ran under either key, or under the two read as one.
+  for (const key of ['a', 'b', 'a, b']) {
+    const first = await post({ 'Idempotency-Key': key });
+    t.is(first.status, 201, key);
+    t.is(rawHeader(first, 'idempotent-replayed'), undefined, key);
+  }
+  const again = await post({ 'Idempotency-Key': 'a, b' });
+  t.is(again.status, 201);
+  t.is(rawHeader(again, 'idempotent-replayed'), 'true');
+});
+
 test('HEAD answers the GET headers and Content-Length with no body', async (t) => {
   const tok = await tenantToken('head');
   const order = await createOrder(t, tok, { currency: 'EUR', note: 'héad ✓' });

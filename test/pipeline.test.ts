@@ -724,6 +724,19 @@ test('a batch or a refund refused before any write carries its key still meets a
   const readOnly = await t.context.call(keyed('/v1/users/batch-get', 'batch-1', { ids: [] }));
   t.is(readOnly.status, 422, readOnly.text);
   t.is(typeOf(readOnly), '/problems/validation-failed');
+  // One it runs checks its key at the key's home: a key kept for the batch is a reuse. Under a
+  // key of its own it runs each time, and keeps nothing that a later write would meet.
+  const readReused = await t.context.call(keyed('/v1/users/batch-get', 'batch-1', { ids: ['usr_nope'] }));
+  t.is(readReused.status, 422, readReused.text);
+  t.is(typeOf(readReused), '/problems/idempotency-key-reused');
+  for (let i = 0; i < 2; i++) {
+    const read = await t.context.call(keyed('/v1/users/batch-get', 'read-1', { ids: ['usr_nope'] }));
+    t.is(read.status, 200, read.text);
+    t.is(read.headers['idempotent-replayed'], undefined);
+  }
+  const afterRead = await t.context.call(keyed('/v1/orders/batch', 'read-1', { operations: [{ method: 'POST', body: { currency: 'EUR' } }] }));
+  t.is(afterRead.status, 207, afterRead.text);
+  t.is(afterRead.headers['idempotent-replayed'], undefined);
   const again = await t.context.call(batch);
   t.is(again.status, 207, again.text);
   t.is(again.headers['idempotent-replayed'], 'true');

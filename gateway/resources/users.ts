@@ -12,6 +12,7 @@ import type { UserInput, UserPatch, UserRecord } from '../../proto/messages.js';
 import { USER_SORTS } from '../../actors/users.js';
 import { LIST_PARAMS, fieldsParam, parseFields, project, sortParam, variantOf } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, guards, principalOf, route } from '../route.js';
+import { homePartition } from '../idempotency.js';
 import { cachedRenderingBytes } from '../representation.js';
 import { idParam, collectionSchema, iso, linksSchema, problemResponses, READ_ONLY, plainListPage } from './common.js';
 
@@ -130,6 +131,11 @@ export const userRoutes: RouteDef[] = [
     responses: { 200: '`data`: the users found, in request order; `notFound`: the other ids.', ...problemResponses(413, 415, 422) },
     response: { type: 'object', properties: { data: { type: 'array', items: userSchema }, notFound: { type: 'array', items: { type: 'string' } } } },
     async handle(ctx) {
+      const tenant = principalOf(ctx).tenant;
+      // A read keeps nothing under an Idempotency-Key and runs again on a retry, but the key is
+      // still checked at its home (CONTRACT §7): one kept for another request is 422, one whose
+      // request still runs is 409.
+      if (ctx.idempotencyKey !== undefined) await ctx.bus.kept(tenant, homePartition(tenant, ctx.idempotencyKey), ctx.bus.idempotency!);
       // Each id once, in the order first asked. One that names no user (whatever its shape) is
       // not found: the owner's lookup misses. Most batches name each id once: their list is used
       // as it came.
@@ -139,7 +145,7 @@ export const userRoutes: RouteDef[] = [
       // The owner answers one slot per id, in order: the user or null. An actor node of an
       // earlier release answers only the users it found, in order; read by id, that shape is
       // right too, so gateways can be upgraded before the actor nodes.
-      const reply = await ctx.bus.call({ kind: 'user.batchGet', tenant: principalOf(ctx).tenant, partition: usersPartition(ctx), ids });
+      const reply = await ctx.bus.call({ kind: 'user.batchGet', tenant, partition: usersPartition(ctx), ids });
       const found = reply.length === ids.length ? reply : slotsOf(ids, reply);
       const variant = variantOf(undefined, new Set());
       // The answer is the users' cached UTF-8 renderings copied side by side into one buffer,
