@@ -24,7 +24,7 @@ import { cachedRenderingToSend, checkReadIfMatch, contentTag, encodeBody, finger
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { MAX_REPORTED_ERRORS, validateBody, warmValidators } from './validate.js';
-import { relink, type ApiVersion } from './versions.js';
+import { relink, versionPath, type ApiVersion } from './versions.js';
 import { lifecycleHeaders, type LifecycleCheck, type LifecycleRegistry } from './lifecycle.js';
 
 const VARY_ANON = 'Accept, Accept-Encoding';
@@ -521,7 +521,8 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
     vary,
   };
   if (outcome.headers) Object.assign(headers, outcome.headers);
-  if (outcome.location) headers.location = outcome.location;
+  // A v1-built Location moves under the request's version, as the body's links do.
+  if (outcome.location) headers.location = outcome.versioned ? outcome.location : versionPath(outcome.location, ctx.version);
   if (outcome.body === undefined && outcome.text === undefined && outcome.render === undefined) {
     return { status: outcome.status, headers, body: undefined };
   }

@@ -42,9 +42,8 @@ export function relink(value: unknown, version: ApiVersion): unknown {
     if (k === '_links' && v !== null && typeof v === 'object') {
       const links: Record<string, unknown> = {};
       for (const [rel, link] of Object.entries(v as Record<string, unknown>)) {
-        links[rel] = link !== null && typeof link === 'object' && typeof (link as { href?: unknown }).href === 'string'
-          ? { ...(link as object), href: versionPath((link as { href: string }).href, version) }
-          : link;
+        // HAL allows a relation of several links (an article's `tag`): each moves.
+        links[rel] = Array.isArray(link) ? link.map((l) => relinkOne(l, version)) : relinkOne(link, version);
       }
       out[k] = links;
     } else {
@@ -52,6 +51,12 @@ export function relink(value: unknown, version: ApiVersion): unknown {
     }
   }
   return out;
+}
+
+function relinkOne(link: unknown, version: ApiVersion): unknown {
+  return link !== null && typeof link === 'object' && typeof (link as { href?: unknown }).href === 'string'
+    ? { ...(link as object), href: versionPath((link as { href: string }).href, version) }
+    : link;
 }
 
 /** The schema twin for a version: v1 as declared, v2 from the override when there is one. */

@@ -13,6 +13,8 @@ import { BusClient } from '../gateway/bus-client.js';
 import { renderMoney } from '../gateway/money.js';
 import { renderEventData } from '../gateway/resources/event-data.js';
 import type { EventRecord } from '../proto/webhooks.js';
+import type { Resolver } from '../actors/webhook-target.js';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 
 function orderEvent(o: OrderRecord): EventRecord {
   return { id: 'evt_test', tenant: o.tenant, version: 1, type: 'order.created', resource: 'order', created: o.createdAt, data: o };
@@ -40,14 +42,16 @@ test.before(async (t) => {
   const config = loadConfig({ DATA_DIR: dir, AUTH_JWT_SECRET: SECRET, PORT: '0' });
   const log = silentLog();
   const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 1000, log });
-  const gateway = createGateway({ routes: allRoutes(), auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log });
+  // Webhook targets resolve to a public address, so an endpoint can be created in process.
+  const resolver: Resolver = async () => [{ address: '93.184.216.34', family: 4 }];
+  const gateway = createGateway({ routes: allRoutes({ resolver }), auth: new Authenticator(SECRET), bus: new BusClient(new LocalBus(host, 5000)), config, log });
   const tenant = freshTenant('versions');
   t.context = {
     dir,
     host,
     gateway,
     tenant,
-    tok: await token(SECRET, ALL_SCOPES, { tenant }),
+    tok: await token(SECRET, `${ALL_SCOPES} users:write teams:write articles:read articles:write webhooks:write`, { tenant }),
     async call(c) {
       return answerOf(await gateway.handle(toRequest(c)));
     },
@@ -188,6 +192,44 @@ test('every other resource answers the same under /v2, with links under /v2', as
   const page = await send(t, 'GET', '/v2/products');
   t.is(j(page)._links.self.href.startsWith('/v2/products'), true);
   t.true(j(page).data.every((p: { _links: { self: { href: string } } }) => p._links.self.href.startsWith('/v2/')));
+});
+
+test('a create under /v2 answers a Location under /v2, as its body links', async (t) => {
+  const created = async (path: string, body: object): Promise<Answer> => {
+    const a = await send(t, 'POST', path, body);
+    t.is(a.status, 201, `${path}: ${a.text}`);
+    t.is(a.headers.location, j(a)._links.self.href, path);
+    t.true(a.headers.location!.startsWith('/v2/'), `${path}: ${a.headers.location}`);
+    return a;
+  };
+  await created('/v2/products', { name: 'Widget', price: 500, currency: 'EUR' });
+  const user = await created('/v2/users', { email: `v2-${Date.now()}@example.com` });
+  const team = await created('/v2/teams', { name: 'Crew' });
+  await created(`/v2/teams/${j(team).id}/members`, { userId: j(user).id, role: 'member' });
+  await created('/v2/articles', { translations: { en: { title: 'Hi', body: 'Hello' } }, defaultLanguage: 'en', tags: ['news'] });
+  await created('/v2/orders', { currency: 'EUR' });
+  const hook = await created('/v2/webhook-endpoints', { endpointUrl: 'https://hooks.example.com/in', eventTypes: ['order.created'] });
+  const ping = await send(t, 'POST', `/v2/webhook-endpoints/${j(hook).id}/test`, {});
+  t.is(ping.status, 202, ping.text);
+  t.is(ping.headers.location, `/v2/events/${j(ping).id}`);
+  t.is(j(ping)._links.self.href, ping.headers.location);
+});
+
+test("an article's tag links, one per tag, stay under /v2, and its reads match the /v2 OpenAPI document", async (t) => {
+  const a = await send(t, 'POST', '/v2/articles', { translations: { en: { title: 'Hi', body: 'Hello' } }, defaultLanguage: 'en', tags: ['news', 'tips'] });
+  t.is(a.status, 201, a.text);
+  const one = await send(t, 'GET', `/v2/articles/${j(a).id}`);
+  const page = await send(t, 'GET', '/v2/articles', undefined);
+  const tags = (body: { _links: { tag: { href: string; name: string }[] } }): string[] => body._links.tag.map((l) => `${l.name} ${l.href}`);
+  t.deepEqual(tags(j(one)), ['news /v2/articles?tag=news', 'tips /v2/articles?tag=tips']);
+  t.deepEqual(tags(j(page).data.find((x: { id: string }) => x.id === j(a).id)), tags(j(one)));
+  const doc = j(await t.context.call({ method: 'GET', path: '/v2/openapi.json' }));
+  // Timestamps as CONTRACT §2 has them: RFC 3339 UTC with milliseconds.
+  const ajv = new Ajv2020({ strict: false }).addFormat('date-time', /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  for (const [path, answer] of [['/v2/articles/{articleId}', one], ['/v2/articles', page]] as const) {
+    const validate = ajv.compile(doc.paths[path].get.responses['200'].content['application/json'].schema);
+    t.true(validate(j(answer)), `${path}: ${JSON.stringify(validate.errors)}`);
+  }
 });
 
 test('discovery: GET / links to each version; each version has a root and an OpenAPI document', async (t) => {

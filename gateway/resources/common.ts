@@ -90,10 +90,13 @@ export const metadataPatchSchema: JsonSchema = {
   additionalProperties: { type: ['string', 'null'], maxLength: 500, pattern: UNICODE_TEXT },
 };
 
+const LINK: JsonSchema = { type: 'object', properties: { href: { type: 'string' }, method: { type: 'string' }, name: { type: 'string' } }, required: ['href'] };
+
 export const linksSchema: JsonSchema = {
   type: 'object',
   description: 'HAL links by relation.',
-  additionalProperties: { type: 'object', properties: { href: { type: 'string' }, method: { type: 'string' } }, required: ['href'] },
+  // A relation holds one link, or several (HAL): an article's `tag` names one link per tag.
+  additionalProperties: { oneOf: [LINK, { type: 'array', items: LINK }] },
 };
 
 export function collectionSchema(item: JsonSchema): JsonSchema {
