@@ -181,6 +181,15 @@ test('v2 has no top-level currency field to ask for; v1 keeps it', async (t) => 
   assertProblem(t, bad, 400, 'invalid-parameter');
   const good = await t.context.call({ method: 'GET', path: `/v1/orders/${id}`, query: 'fields=currency', headers: { authorization: `Bearer ${t.context.tok}` } });
   t.is(j(good).currency, 'EUR');
+  // Nor do the OpenAPI documents offer it, for one order or for the list.
+  const fieldsOf = async (version: string, path: string): Promise<string> => {
+    const doc = j(await t.context.call({ method: 'GET', path: `/${version}/openapi.json` }));
+    return doc.paths[`/${version}${path}`].get.parameters.find((p: { name: string }) => p.name === 'fields').description;
+  };
+  for (const path of ['/orders', '/orders/{orderId}']) {
+    t.regex(await fieldsOf('v1', path), /\bcurrency\b/, path);
+    t.notRegex(await fieldsOf('v2', path), /\bcurrency\b/, path);
+  }
 });
 
 test('every other resource answers the same under /v2, with links under /v2', async (t) => {

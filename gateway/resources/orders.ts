@@ -375,6 +375,17 @@ function addedItem(ctx: Ctx, order: OrderRecord): Outcome {
   };
 }
 
+/** The list's query parameters: v2 has no top-level `currency` to keep. */
+function listQuery(v: ApiVersion): RouteDef['query'] {
+  return {
+    status: { description: 'Only orders in this status.', schema: { type: 'string', enum: STATUSES } },
+    sort: sortParam(ORDER_SORTS, '-createdAt'),
+    fields: fieldsParam(orderFields(v)),
+    expand: expandParam(ORDER_EXPANDS),
+    ...LIST_PARAMS,
+  };
+}
+
 export const orderRoutes: RouteDef[] = [
   route({
     method: 'GET',
@@ -383,16 +394,10 @@ export const orderRoutes: RouteDef[] = [
     summary: 'List orders, newest first by default.',
     tag: 'orders',
     scope: 'orders:read',
-    query: {
-      status: { description: 'Only orders in this status.', schema: { type: 'string', enum: STATUSES } },
-      sort: sortParam(ORDER_SORTS, '-createdAt'),
-      fields: fieldsParam(ORDER_FIELDS),
-      expand: expandParam(ORDER_EXPANDS),
-      ...LIST_PARAMS,
-    },
+    query: listQuery('v1'),
     responses: { 200: 'A page of orders.', ...problemResponses(400) },
     response: collectionSchema(orderSchema),
-    v2: { response: collectionSchema(orderSchemaV2) },
+    v2: { query: listQuery('v2'), response: collectionSchema(orderSchemaV2) },
     async handle(ctx) {
       const tenant = principalOf(ctx).tenant;
       const [status, { sort, dir }, limit, fields, expand] = parseAll(
