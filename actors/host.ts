@@ -6,7 +6,7 @@
 
 import { inspect } from 'node:util';
 import { performance } from 'node:perf_hooks';
-import type { ActorEndpoint, Admission } from '../common/bus.js';
+import { CLOSING, type ActorEndpoint, type Admission } from '../common/bus.js';
 import type { Config } from '../common/config.js';
 import { ApiError, fromWire, toWire } from '../common/errors.js';
 import { deepFreeze } from '../common/freeze.js';
@@ -189,6 +189,7 @@ export class ActorHost implements ActorEndpoint {
   /** List forms of stored records (slimOf), kept as long as the record is. */
   private readonly slimmed = new WeakMap<object, Versioned>();
   private closing = false;
+  private storeClosed = false;
   private resumeQueued = false;
   /** Where the next resume pass starts in the open operations (see resumeOperations). */
   private resumeCursor: [string | number, string] | undefined;
@@ -339,6 +340,7 @@ export class ActorHost implements ActorEndpoint {
   };
 
   async handle(cmd: Command, admission?: Admission): Promise<Result<unknown>> {
+    if (this.storeClosed) return CLOSING;
     if (!this.owns(cmd.partition)) return UNAVAILABLE('The owner of this resource is moving; retry shortly.');
     const answered = this.read(cmd);
     if (answered) return answered;
@@ -420,6 +422,7 @@ export class ActorHost implements ActorEndpoint {
 
   /** Reads answer from committed state at once, without a turn; undefined for a write. */
   read(cmd: Command): Result<unknown> | undefined {
+    if (this.storeClosed) return CLOSING;
     if (!this.owns(cmd.partition) || cmd.kind === 'order.batch' || cmd.kind === 'usage.add' || cmd.kind === 'idem.take') return undefined;
     if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
     if (cmd.kind === 'user.batchGet') {
@@ -431,6 +434,7 @@ export class ActorHost implements ActorEndpoint {
   }
 
   async query(q: Query): Promise<Result<unknown>> {
+    if (this.storeClosed) return CLOSING;
     return this.wrapped(q.kind, async () => {
       switch (q.kind) {
         case 'order.list':
@@ -605,6 +609,9 @@ export class ActorHost implements ActorEndpoint {
     await Promise.allSettled([...this.boxes.values()].map((b) => b.tail));
     // It stops before its next chunk (closing is set); its commit under way lands first.
     await this.eventSweep;
+    // Whatever still reaches the host (a bus not yet closed, a node's late message) is refused
+    // as a failure to retry, not failed against a closed store.
+    this.storeClosed = true;
     try {
       await this.store.close();
     } finally {

@@ -28,6 +28,9 @@ export class Admission {
   }
 }
 
+/** A bus that is closing refuses what it is given as a failure to retry (503 with Retry-After). */
+export const CLOSING: Result<never> = { ok: false, error: { code: 'unavailable', detail: 'The service is shutting down.' } };
+
 /** What an actor host offers to a bus: the same two calls the gateway makes. */
 export interface ActorEndpoint {
   /**

@@ -6,7 +6,7 @@
 // Only this file and nats-actor-server.ts import `nats` (STYLE 7).
 
 import { connect, createInbox, ErrorCode, Events, NatsError, type Msg, type NatsConnection, type Subscription } from 'nats';
-import type { Bus } from './bus.js';
+import { CLOSING, type Bus } from './bus.js';
 import { DeadlineSweep } from './deadlines.js';
 import { PARTITIONS } from './ids.js';
 import { toRanges } from './partitions.js';
@@ -49,7 +49,6 @@ const SOME_UNOWNED = unavailable('Some of this data has no node serving it right
 const TIMED_OUT = unavailable('The request could not be served in time.');
 const BUS_DOWN = unavailable('The service cannot reach its data nodes right now.');
 const OVERLOADED = unavailable('Too many requests are in flight.');
-const CLOSING = unavailable('The service is shutting down.');
 const TOO_LARGE: Result<never> = {
   ok: false,
   error: { code: 'payload-too-large', detail: 'The request is too large to forward.' },

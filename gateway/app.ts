@@ -32,6 +32,13 @@ import { deprecationsRoute } from './resources/deprecations.js';
 import { UsageCounter, readUsage } from './usage.js';
 import type { OperatorServer } from './operator.js';
 import { allPartitions } from '../common/partitions.js';
+import { SHUTDOWN_DEADLINE_MS } from '../common/shutdown.js';
+
+// A stop waits for the requests under way: each is bounded by BUS_TIMEOUT_MS, plus the time to
+// write its answer. The wait leaves a third of the process's shutdown deadline to close the bus
+// and flush the store.
+const DRAIN_MARGIN_MS = 1000;
+const MAX_DRAIN_MS = (SHUTDOWN_DEADLINE_MS * 2) / 3;
 
 export interface Service {
   url: string;
@@ -177,7 +184,9 @@ export async function startService(config: Config, log: Logger, parts: ServicePa
     adminPort: operator?.port,
     async close() {
       await operator?.close();
-      server.close();
+      // Requests under way are answered first, each within its bus deadline; what arrives
+      // meanwhile is told 503 and its connection closed.
+      await server.drain(Math.min(config.busTimeoutMs + DRAIN_MARGIN_MS, MAX_DRAIN_MS));
       await closeBehind();
     },
   };

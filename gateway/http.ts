@@ -17,7 +17,14 @@ import { problemResponse } from './problem.js';
 
 export interface HttpServer {
   port: number;
+  /** Stops listening; exchanges under way go on. */
   close(): void;
+  /**
+   * Stops listening and lets the exchanges under way finish, for at most `deadlineMs`: their
+   * answers close their connections, and a request arriving meanwhile on a connection kept open
+   * is answered 503 with Retry-After and closed. Resolves once none is left, or at the deadline.
+   */
+  drain(deadlineMs: number): Promise<void>;
 }
 
 export interface HttpOptions {
@@ -172,22 +179,62 @@ function refuseHead(request: GatewayRequest, headBytes: number, lengths: number,
   return undefined;
 }
 
+/** The exchanges under way, so that a stop lets them finish before what serves them closes. */
+class Exchanges {
+  count = 0;
+  draining = false;
+  private idle: (() => void) | undefined;
+
+  ended(): void {
+    if (--this.count === 0) this.idle?.();
+  }
+
+  /** Resolves once no exchange is under way, or after `deadlineMs`. */
+  settled(deadlineMs: number): Promise<void> {
+    if (this.count === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, deadlineMs);
+      this.idle = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}
+
+const SHUTTING_DOWN = 'The service is shutting down; retry the request.';
+
 /**
  * One exchange's state at the edge. uWS needs onAborted only for an answer it does not get
  * before the request's callback returns: `watch` registers it the first time one has to wait.
+ * It is under way (Exchanges) from its head to its answer, or to its client going away.
  */
 class Exchange {
   aborted = false;
   private watched = false;
+  private done = false;
 
-  constructor(private readonly res: uWS.HttpResponse) {}
+  constructor(
+    private readonly res: uWS.HttpResponse,
+    private readonly under: Exchanges,
+  ) {
+    under.count++;
+  }
 
   watch(): void {
     if (this.watched) return;
     this.watched = true;
     this.res.onAborted(() => {
       this.aborted = true;
+      this.end();
     });
+  }
+
+  /** Its answer is written (or cannot be): it is no longer under way. */
+  end(): void {
+    if (this.done) return;
+    this.done = true;
+    this.under.ended();
   }
 }
 
@@ -198,6 +245,7 @@ class Exchange {
 export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promise<GatewayResponse>, opts: HttpOptions): Promise<HttpServer> {
   const app = uWS.App();
   const chunkLimit = maxChunks(opts.maxBodyBytes);
+  const exchanges = new Exchanges();
 
   app.any('/*', (res, req) => {
     const headers = new KeptHeaders();
@@ -268,12 +316,18 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // uWS closes after the answer when the first Connection line's value has 5 characters (its
     // test for "close"); that client is not told how long the connection would stay open.
     const clientCloses = connection?.length === 5;
-    const exchange = new Exchange(res);
+    const exchange = new Exchange(res, exchanges);
 
     // From a later turn: inside a cork of its own, unless the connection went away meanwhile.
+    // While the server drains, the answer closes its connection: the client sends no more on it.
     const send = (response: GatewayResponse, close = false): void => {
       if (exchange.aborted) return;
-      res.cork(() => writeResponse(res, request.method, response, close, !close && !clientCloses, exchange));
+      const closing = close || exchanges.draining;
+      try {
+        res.cork(() => writeResponse(res, request.method, response, closing, !closing && !clientCloses, exchange));
+      } finally {
+        exchange.end();
+      }
     };
     // Answered here, before the pipeline runs, but rendered by the one problem renderer so it
     // carries Trace-Id, traceId and the rate-limit fields like every other answer (CONTRACT §4);
@@ -300,6 +354,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // the answer went out is unknown. (uWS also ends the process when its callback returns with
     // neither an answer nor onAborted.)
     const writeFailed = (err: unknown): void => {
+      exchange.end();
       try {
         opts.log.error({ err }, 'writing a response failed');
         exchange.watch();
@@ -323,6 +378,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         // Still inside uWS's callback (the request's, or the body's last chunk's).
         try {
           writeResponse(res, request.method, answered, false, !clientCloses, exchange);
+          exchange.end();
         } catch (err) {
           writeFailed(err);
         }
@@ -342,7 +398,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       answered.then(deliver, (err: unknown) => deliver(undefined, err));
     };
 
-    const refusal = refuseHead(request, headBytes, lengths, codings, opts.maxBodyBytes);
+    const refusal = refuseHead(request, headBytes, lengths, codings, opts.maxBodyBytes) ?? (exchanges.draining ? new ApiError('unavailable', SHUTTING_DOWN) : undefined);
     if (refusal) return refuse(refusal);
     if (lengths === 0) return run();
     exchange.watch();
@@ -372,9 +428,19 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // split connections between the two (test/listen.test.ts).
     listenExclusive(app, opts.host, opts.port, (socket) => {
       if (!socket) return reject(new Error(`cannot listen on ${opts.host}:${opts.port}: the port is in use, or the address is not this machine's`));
+      let listening = true;
+      const close = (): void => {
+        if (listening) uWS.us_listen_socket_close(socket);
+        listening = false;
+      };
       resolve({
         port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket),
-        close: () => uWS.us_listen_socket_close(socket),
+        close,
+        drain(deadlineMs) {
+          close();
+          exchanges.draining = true;
+          return exchanges.settled(deadlineMs);
+        },
       });
     });
   });

@@ -1,0 +1,87 @@
+// A graceful stop over real sockets (embedded service on port 0): a request under way when the
+// stop begins is answered and its write kept, a request arriving meanwhile on a connection kept
+// open is told 503 with Retry-After and closed, and what the bus or the host is asked once
+// closed is a 503 too, never a failure against a closed store.
+
+import { join } from 'node:path';
+import test from 'ava';
+import { loadConfig } from '../common/config.js';
+import { LocalBus } from '../common/local-bus.js';
+import { ActorHost } from '../actors/host.js';
+import { allPartitions } from '../common/partitions.js';
+import { newId, partitionOf } from '../common/ids.js';
+import { startService } from '../gateway/app.js';
+import { ALL_SCOPES, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
+import { afterResponses, parseResponses, rawExchange, rawHeader, rawRequest } from './helpers/raw-http.js';
+
+const SECRET = 'shutdown-test-secret-0123456789abcdef';
+
+test('a stop answers the requests under way, refuses new ones 503 and closes their connections', async (t) => {
+  const dir = await tempDir('shutdown');
+  t.teardown(() => removeDir(dir));
+  const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: SECRET });
+  const service = await startService(config, silentLog());
+  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('shutdown') });
+  const auth = { Authorization: `Bearer ${tok}` };
+
+  let stopping!: () => void;
+  const stopped = new Promise<void>((resolve) => (stopping = resolve));
+  const untilStopping = async (): Promise<void> => {
+    await stopped;
+    // The stop has begun; give the server a moment to take it in before the next bytes.
+    await new Promise((r) => setTimeout(r, 50));
+  };
+  // Under way: the head and part of the body are in when the stop begins, the rest after.
+  const body = JSON.stringify({ currency: 'EUR', note: 'written while stopping' });
+  const head = rawRequest('POST', '/v1/orders', { ...auth, 'Content-Type': 'application/json', 'Content-Length': String(body.length) });
+  const underWay = rawExchange(service.port, { send: [head, body.slice(0, 5), untilStopping, body.slice(5)], timeoutMs: 8000 });
+  // Kept open after one answer, then a second request once the stop has begun.
+  const get = rawRequest('GET', '/v1/orders?limit=1', auth);
+  const keptOpen = rawExchange(service.port, { send: [get, afterResponses(['GET']), untilStopping, get], timeoutMs: 8000 });
+  // Both connections are open and the first has sent its head before the stop.
+  await new Promise((r) => setTimeout(r, 200));
+  const closing = service.close();
+  stopping();
+
+  const [answered, refused] = await Promise.all([underWay, keptOpen]);
+  await closing;
+  const created = parseResponses(answered.bytes, ['POST']);
+  t.is(created.length, 1);
+  t.is(created[0]!.status, 201, created[0]!.body.toString());
+  t.true(answered.closed, 'the answer under way closed its connection');
+  t.is(rawHeader(created[0]!, 'connection'), 'close');
+  const [first, second] = parseResponses(refused.bytes, ['GET', 'GET']);
+  t.is(first!.status, 200);
+  t.is(second!.status, 503, second!.body.toString());
+  t.is((JSON.parse(second!.body.toString()) as { type: string }).type, '/problems/unavailable');
+  t.is(rawHeader(second!, 'retry-after'), '1');
+  t.true(refused.closed, 'the refused request closed its connection');
+
+  // The write answered 201 while stopping is on disk.
+  const again = await startService(loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: SECRET }), silentLog());
+  t.teardown(() => again.close());
+  const id = (JSON.parse(created[0]!.body.toString()) as { id: string }).id;
+  const read = await fetch(`${again.url}/v1/orders/${id}`, { headers: { authorization: `Bearer ${tok}` } });
+  t.is(read.status, 200);
+  t.is(((await read.json()) as { note: string }).note, 'written while stopping');
+});
+
+test('once closed, the in-process bus and the host answer 503, not a failure of the store', async (t) => {
+  const dir = await tempDir('shutdown-bus');
+  t.teardown(() => removeDir(dir));
+  const host = new ActorHost({ dataDir: join(dir, 'actors'), partitions: allPartitions(), mailboxLimit: 100, log: silentLog() });
+  await host.ready;
+  const bus = new LocalBus(host, 5000);
+  const partition = partitionOf(newId('order'));
+  const create = { kind: 'order.create' as const, tenant: 't1', partition, id: newId('order', partition), input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] };
+  const get = { kind: 'order.get' as const, tenant: 't1', partition, id: create.id };
+  t.true((await bus.send(create)).ok);
+  await bus.close();
+  for (const answer of [await bus.send(create), bus.read(get), (await bus.scatter({ kind: 'order.list', tenant: 't1', query: { tenant: 't1', sort: 'createdAt', dir: 'asc', limit: 10 } } as never))[0]]) {
+    t.deepEqual(answer, { ok: false, error: { code: 'unavailable', detail: 'The service is shutting down.' } });
+  }
+  await host.close();
+  for (const answer of [await host.handle(create), host.read(get), await host.query({ kind: 'order.list' } as never)]) {
+    t.deepEqual(answer, { ok: false, error: { code: 'unavailable', detail: 'The service is shutting down.' } });
+  }
+});
