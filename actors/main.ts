@@ -1,7 +1,7 @@
 // The actor node of cluster mode: hosts the partitions named by ACTOR_PARTITIONS (all of them by
 // default) in its own LMDB under DATA_DIR and serves them over NATS. Any number may run, each
-// with its own NODE_ID, DATA_DIR and a disjoint set of partitions (static assignment; leases in
-// JetStream KV replace it later without changing the bus).
+// with its own NODE_ID, DATA_DIR and a disjoint set of partitions (static assignment, checked
+// against the record of which store holds each partition: common/nats-partition-owners.ts).
 
 import { hostname } from 'node:os';
 import { ConfigError, loadConfig } from '../common/config.js';
@@ -12,6 +12,7 @@ import { serveActorsOverNats, type ActorServer } from '../common/nats-actor-serv
 import { parsePartitions, toRanges } from '../common/partitions.js';
 import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
+import { storeIdOf } from '../storage/store-id.js';
 import { startNatsBus } from '../common/nats-bus.js';
 import { dispatchOptions } from '../gateway/webhook-wiring.js';
 import { Authenticator } from '../gateway/auth.js';
@@ -45,7 +46,9 @@ async function main(): Promise<void> {
     await remote.close();
   }, log);
   // Started while NATS is down, the node waits for it, and serves once it is up.
-  server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, log: (m) => log.info(m), warn: (m) => log.warn(m) });
+  // Its partitions are claimed for this DATA_DIR's store first: one another store holds stops it.
+  const store = storeIdOf(actorDataDir(config));
+  server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, store, log: (m) => log.info(m), warn: (m) => log.warn(m) });
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
   // Health and node status on the operator plane (ADMIN_GRPC_PORT); operator calls need the
   // gateways' AUTH_JWT_SECRET to verify admin tokens, health checks need nothing.

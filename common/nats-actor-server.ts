@@ -27,12 +27,18 @@ import {
   type WireRequest,
 } from './nats-wire.js';
 import { fitReply } from './reply-fit.js';
+import { claimPartitions } from './nats-partition-owners.js';
 import type { Command, Result } from '../proto/messages.js';
 
 export interface ActorServerOptions {
   /** Stable name; becomes the subject token, so letters, digits, '-' and '_' only. */
   nodeId: string;
   partitions: number[];
+  /**
+   * The identity of the store behind the endpoint (storage/store-id.ts): the partitions are
+   * claimed for it before anything is served, and a partition another store holds stops the node.
+   */
+  store: string;
   log?: (msg: string) => void;
   /** Where it says that NATS could not be reached at start, and that it waits (default: `log`). */
   warn?: (msg: string) => void;
@@ -90,6 +96,12 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
     },
     opts.warn ?? log,
   );
+  try {
+    await claimPartitions(nc, opts.store, nodeId, opts.partitions);
+  } catch (err) {
+    await nc.close().catch(() => undefined);
+    throw err;
+  }
 
   async function guarded(work: () => Promise<Result<unknown>>): Promise<Result<unknown>> {
     try {

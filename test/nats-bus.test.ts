@@ -51,7 +51,7 @@ async function cluster(t: ExecutionContext, nodes: Record<string, number[]>, tim
   t.teardown(() => nats.stop());
   const servers: Record<string, ActorServer> = {};
   for (const [nodeId, partitions] of Object.entries(nodes)) {
-    const server = await serveActorsOverNats(nats.url, echoEndpoint(nodeId), { nodeId, partitions });
+    const server = await serveActorsOverNats(nats.url, echoEndpoint(nodeId), { nodeId, partitions, store: `store-${nodeId}` });
     t.teardown(() => server.close());
     servers[nodeId] = server;
   }
@@ -174,7 +174,7 @@ test('every command of a message carries what is left of its deadline as budgetM
     handle: (cmd) => Promise.resolve({ ok: true, value: [cmd.budgetMs, cmd.deadlineAt] }),
     query: () => Promise.resolve({ ok: true, value: null }),
   };
-  const node = await serveActorsOverNats(nats.url, budgets, { nodeId: 'budgets', partitions: ALL });
+  const node = await serveActorsOverNats(nats.url, budgets, { nodeId: 'budgets', partitions: ALL, store: 'store-budgets' });
   t.teardown(() => node.close());
   const bus = await connectNatsBus(nats.url, { timeoutMs: 2000 });
   t.teardown(() => bus.close());
@@ -211,7 +211,7 @@ function largeEndpoint(): ActorEndpoint {
 test('answers too large together for one reply arrive whole: those over max_payload follow the reply, a list page is cut short and says so', async (t) => {
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());
-  const node = await serveActorsOverNats(nats.url, largeEndpoint(), { nodeId: 'large', partitions: ALL });
+  const node = await serveActorsOverNats(nats.url, largeEndpoint(), { nodeId: 'large', partitions: ALL, store: 'store-large' });
   t.teardown(() => node.close());
   const bus = await connectNatsBus(nats.url, { timeoutMs: 3000 });
   t.teardown(() => bus.close());
@@ -302,7 +302,7 @@ async function gatedCluster(t: ExecutionContext, timeoutMs: number, maxInFlight?
   t.teardown(() => nats.stop());
   const { endpoint, open } = gatedEndpoint();
   t.teardown(open);
-  const node = await serveActorsOverNats(nats.url, endpoint, { nodeId: 'gated', partitions: ALL });
+  const node = await serveActorsOverNats(nats.url, endpoint, { nodeId: 'gated', partitions: ALL, store: 'store-gated' });
   t.teardown(() => node.close());
   const bus = await connectNatsBus(nats.url, { timeoutMs, maxInFlight });
   t.teardown(() => bus.close());

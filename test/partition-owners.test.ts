@@ -1,0 +1,68 @@
+// Cluster mode: a partition is served only by the store that holds its data (a real nats-server
+// with JetStream, real actor node processes). A node with another DATA_DIR whose range overlaps
+// stops at start, whether the owner runs or is down; the owner restarts on its own DATA_DIR; a
+// copy of that directory is the same store; releasing the partitions lets another store serve them.
+
+import { execFile } from 'node:child_process';
+import { cp } from 'node:fs/promises';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import test from 'ava';
+import { startActorNode } from './helpers/service.js';
+import { startNatsServer } from './helpers/nats-server.js';
+import { removeDir, tempDir } from './helpers/edge-kit.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const run = promisify(execFile);
+
+/** How an actor node that must not serve ends: its exit code and what it printed. */
+async function refusedStart(natsUrl: string, nodeId: string, partitions: string, dataDir: string): Promise<{ code: number; printed: string }> {
+  try {
+    await run(process.execPath, [join(ROOT, 'dist', 'actors', 'main.js')], {
+      env: { PATH: process.env.PATH ?? '', NATS_URL: natsUrl, NODE_ID: nodeId, DATA_DIR: dataDir, ACTOR_PARTITIONS: partitions, LOG_LEVEL: 'warn' },
+      timeout: 20_000,
+    });
+    return { code: 0, printed: '' };
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string; stderr?: string };
+    return { code: e.code ?? -1, printed: `${e.stdout ?? ''}${e.stderr ?? ''}` };
+  }
+}
+
+test('a node whose DATA_DIR does not hold its partitions stops at start, while their owner runs and while it is down', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const dirs = { a: await tempDir('owners-a'), b: await tempDir('owners-b'), copy: await tempDir('owners-copy') };
+  t.teardown(() => Promise.all(Object.values(dirs).map((d) => removeDir(d))));
+
+  const a = await startActorNode(nats.url, 'a', '0-127', dirs.a);
+  const running = await refusedStart(nats.url, 'b', '100-140', dirs.b);
+  t.is(running.code, 2, running.printed);
+  t.regex(running.printed, /partitions 100-127 \(first served by node a\) hold data of another store/);
+  // Partitions no one holds yet (128-140) were not claimed by the node that stopped.
+  const fresh = await startActorNode(nats.url, 'c', '128-140', await tempDir('owners-c'));
+  await fresh.stop();
+
+  // The owner gone (a crash: no goodbye), the other store still may not serve its partitions.
+  await a.kill();
+  const down = await refusedStart(nats.url, 'b', '0-10', dirs.b);
+  t.is(down.code, 2, down.printed);
+  t.regex(down.printed, /first served by node a/);
+
+  // The owner's own directory serves them again, under any node id; so does a copy of it.
+  const back = await startActorNode(nats.url, 'a2', '0-127', dirs.a);
+  await back.stop();
+  await cp(dirs.a, dirs.copy, { recursive: true });
+  const moved = await startActorNode(nats.url, 'moved', '0-63', dirs.copy);
+  await moved.stop();
+
+  // Released (the data lost for good), they are served by the next node that claims them.
+  const released = await run(process.execPath, [join(ROOT, 'dist', 'actors', 'release-partitions.js'), '0-10'], { env: { PATH: process.env.PATH ?? '', NATS_URL: nats.url } });
+  t.regex(released.stdout, /released 11 of 11 partitions/);
+  const adopted = await startActorNode(nats.url, 'b', '0-10', dirs.b);
+  await adopted.stop();
+  const original = await refusedStart(nats.url, 'a', '0-127', dirs.a);
+  t.is(original.code, 2, 'the old store no longer holds what was released');
+  t.regex(original.printed, /partitions 0-10 \(first served by node b\)/);
+});
