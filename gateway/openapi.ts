@@ -65,6 +65,10 @@ const tooManyRequests = {
   content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
 };
 
+function problem(description: string): Record<string, unknown> {
+  return { description, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+}
+
 export function openApiDocument(routes: readonly RouteDef[], prefix: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const r of routes) {
@@ -75,17 +79,23 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
     const responses: Record<string, Record<string, unknown>> = {};
     for (const [status, description] of Object.entries(r.responses)) {
       const s = Number(status);
-      if (s >= 400) responses[status] = { description, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+      if (s >= 400) responses[status] = problem(description);
       else if (s === 204 || s === 304 || !r.response) responses[status] = { description };
       else responses[status] = { description, content: { 'application/json': { schema: r.response }, 'application/hal+json': { schema: r.response } } };
     }
-    // RFC 9110 §13.1.1: a read is conditional on If-Match too (gateway/representation.ts).
-    if (r.method === 'GET' && responses['412'] === undefined) {
-      responses['412'] = { description: 'No tag in If-Match is current (problem+json).', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+    // What every operation may answer, whatever it declares: a query parameter it does not take
+    // or a repeated one is 400 (gateway/pipeline.ts parseQuery), an Accept it cannot meet 406.
+    responses['400'] ??= problem('The request is malformed: an unknown or repeated query parameter, or a value out of its range (problem+json).');
+    responses['406'] ??= problem('None of the media types in Accept can be served: application/json, application/hal+json (problem+json).');
+    if (r.method === 'GET') {
+      // Every read carries a strong ETag and answers If-None-Match (gateway/representation.ts).
+      responses['304'] ??= { description: 'Not modified: a tag in If-None-Match is current. No body.' };
+      // RFC 9110 §13.1.1: a read is conditional on If-Match too.
+      responses['412'] ??= problem('No tag in If-Match is current (problem+json).');
     }
     if (r.scope) {
-      responses['401'] = { description: 'Missing or invalid bearer token.', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
-      responses['403'] = { description: `The token lacks the ${r.scope} scope.`, content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } };
+      responses['401'] = problem('Missing or invalid bearer token.');
+      responses['403'] = problem(`The token lacks the ${r.scope} scope.`);
     }
     for (const response of Object.values(responses)) response.headers = rateLimitHeaders;
     responses['429'] = tooManyRequests;

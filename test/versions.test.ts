@@ -241,6 +241,26 @@ test("an article's tag links, one per tag, stay under /v2, and its reads match t
   }
 });
 
+test('the OpenAPI documents name the 400, 406, 304 and 412 every operation may answer, and the reads answer them', async (t) => {
+  const auth = { authorization: `Bearer ${t.context.tok}` };
+  for (const version of ['v1', 'v2']) {
+    const doc = j(await t.context.call({ method: 'GET', path: `/${version}/openapi.json` }));
+    for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, unknown> }>>)) {
+      for (const [method, op] of Object.entries(ops)) {
+        const expected = method === 'get' ? ['400', '406', '304', '412'] : ['400', '406'];
+        t.deepEqual(expected.filter((s) => op.responses[s] === undefined), [], `${method} ${path}`);
+      }
+      if (!ops.get || path.includes('{')) continue;
+      const read = await t.context.call({ method: 'GET', path, headers: auth });
+      if (read.status !== 200) continue; // a scope this token lacks
+      const etag = read.headers.etag!;
+      t.is((await t.context.call({ method: 'GET', path, headers: { ...auth, 'if-none-match': etag } })).status, 304, path);
+      t.is((await t.context.call({ method: 'GET', path, headers: { ...auth, accept: 'application/xml' } })).status, 406, path);
+      t.is((await t.context.call({ method: 'GET', path, query: 'bogus=1', headers: auth })).status, 400, path);
+    }
+  }
+});
+
 test('discovery: GET / links to each version; each version has a root and an OpenAPI document', async (t) => {
   const root = await t.context.call({ method: 'GET', path: '/' });
   t.is(j(root)._links.v1.href, '/v1');
