@@ -64,6 +64,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  // The gateway's words for a bad setting, so scripts read either process's refusal alike.
+  if (err instanceof ConfigError) {
+    process.stderr.write(`configuration error: ${err.message}\n`);
+    process.exit(2);
+  }
   process.stderr.write(`failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
-  process.exit(err instanceof ConfigError ? 2 : 1);
+  process.exit(1);
 });

@@ -40,9 +40,20 @@ export class ConfigError extends Error {}
 
 type Env = Record<string, string | undefined>;
 
-function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+/**
+ * A variable's value, or undefined when it is unset. Set but empty is refused: `PORT=` or a
+ * template that left `ACTOR_PARTITIONS=` blank would otherwise start on the default, and for
+ * ACTOR_PARTITIONS that default is every partition, owned twice beside another node's.
+ */
+function read(env: Env, name: string): string | undefined {
   const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
+  if (raw === '') throw new ConfigError(`${name} is set but empty: give it a value, or unset it for the default`);
+  return raw;
+}
+
+function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = read(env, name);
+  if (raw === undefined) return fallback;
   if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got '${raw}'`);
   const n = Number(raw);
   if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
@@ -50,7 +61,7 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
 }
 
 export function loadConfig(env: Env = process.env): Config {
-  const schedule = (env.WEBHOOK_RETRY_SCHEDULE ?? '5,30,120,600,3600,21600,43200,86400,86400')
+  const schedule = (read(env, 'WEBHOOK_RETRY_SCHEDULE') ?? '5,30,120,600,3600,21600,43200,86400,86400')
     .split(',')
     .map((s) => s.trim());
   if (schedule.some((s) => !/^\d+$/.test(s))) {
@@ -63,11 +74,11 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError(`EVENT_RETENTION_DAYS (${eventRetentionDays}) must cover WEBHOOK_RETRY_SCHEDULE, which retries for ${(retrying / 86_400).toFixed(1)} days`);
   }
   return {
-    host: env.HOST || '127.0.0.1',
+    host: read(env, 'HOST') ?? '127.0.0.1',
     port: int(env, 'PORT', 8080, 0, 65535),
-    dataDir: env.DATA_DIR || './data',
-    natsUrl: env.NATS_URL || undefined,
-    jwtSecret: env.AUTH_JWT_SECRET || undefined,
+    dataDir: read(env, 'DATA_DIR') ?? './data',
+    natsUrl: read(env, 'NATS_URL'),
+    jwtSecret: read(env, 'AUTH_JWT_SECRET'),
     maxBodyBytes: int(env, 'MAX_BODY_BYTES', 1048576, 1024, 64 * 1048576),
     maxBatch: int(env, 'MAX_BATCH', 100, 1, 10000),
     rateLimitPerSecond: int(env, 'RATE_LIMIT_PER_SECOND', 1000, 1, 10_000_000),
@@ -80,15 +91,15 @@ export function loadConfig(env: Env = process.env): Config {
     webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10000, 100, 120000),
     webhookDisableAfterHours: int(env, 'WEBHOOK_DISABLE_AFTER_HOURS', 120, 1, 24 * 365),
     webhookAllowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS === '1',
-    deprecationsFile: env.DEPRECATIONS_FILE || undefined,
-    adminGrpcPort: env.ADMIN_GRPC_PORT ? int(env, 'ADMIN_GRPC_PORT', 0, 0, 65535) : undefined,
-    adminGrpcHost: env.ADMIN_GRPC_HOST || '127.0.0.1',
+    deprecationsFile: read(env, 'DEPRECATIONS_FILE'),
+    adminGrpcPort: env.ADMIN_GRPC_PORT === undefined ? undefined : int(env, 'ADMIN_GRPC_PORT', 0, 0, 65535),
+    adminGrpcHost: read(env, 'ADMIN_GRPC_HOST') ?? '127.0.0.1',
     busTimeoutMs: int(env, 'BUS_TIMEOUT_MS', 5000, 10, 120000),
     mailboxLimit: int(env, 'MAILBOX_LIMIT', 1000, 1, 1_000_000),
     storageMappedMb: int(env, 'STORAGE_MAPPED_MB', 32, 0, 1_048_576),
-    logLevel: env.LOG_LEVEL || 'info',
-    nodeId: env.NODE_ID || undefined,
-    actorPartitions: env.ACTOR_PARTITIONS || undefined,
+    logLevel: read(env, 'LOG_LEVEL') ?? 'info',
+    nodeId: read(env, 'NODE_ID'),
+    actorPartitions: read(env, 'ACTOR_PARTITIONS'),
   };
 }
 

@@ -2,8 +2,32 @@
 // naming the variable, before anything listens.
 
 import test from 'ava';
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { hostSettings } from '../actors/host.js';
 import { ConfigError, loadConfig, originOf } from '../common/config.js';
+import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
+
+/** Every variable README's Configuration table names, so a new one is checked here too. */
+function documentedVariables(): string[] {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const table = readme.slice(readme.indexOf('## Configuration'), readme.indexOf('## The request pipeline'));
+  const names = new Set<string>();
+  for (const line of table.split('\n').filter((l) => l.startsWith('| `'))) {
+    for (const m of (line.split('|')[1] ?? '').matchAll(/`([A-Z][A-Z0-9_]+)`/g)) names.add(m[1]!);
+  }
+  return [...names];
+}
+
+/** Starts an entry point with only `env` (and PATH); what it printed to stderr and how it ended. */
+function launch(entry: string, env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = execFile(process.execPath, [join(ROOT, 'dist', entry)], { env: { PATH: process.env.PATH ?? '', ...env }, timeout: 10_000, killSignal: 'SIGKILL' }, (_err, _stdout, stderr) =>
+      resolve({ code: child.exitCode, stderr }),
+    );
+  });
+}
 
 test('defaults load; REFUND_PROCESSING_MS and the retention settings are read', (t) => {
   const c = loadConfig({});
@@ -53,4 +77,28 @@ test('the origin printed for HOST puts an IPv6 address in brackets once, with a 
   t.is(originOf('::1', 8080), 'http://[::1]:8080');
   t.is(originOf('[::1]', 8080), 'http://[::1]:8080');
   t.is(originOf('fe80::1%eth0', 8080), 'http://[fe80::1%25eth0]:8080');
+});
+
+test('a variable set to the empty string is refused by name, not read as its default', (t) => {
+  const names = documentedVariables();
+  t.true(names.length >= 25, names.join(' '));
+  // '' is documented as off beside 0: the one variable where empty means something.
+  const meaningful = new Set(['WEBHOOK_ALLOW_PRIVATE_TARGETS']);
+  for (const name of names.filter((n) => !meaningful.has(n))) {
+    const err = t.throws(() => loadConfig({ [name]: '' }), { instanceOf: ConfigError }, name);
+    t.regex(err?.message ?? '', new RegExp(`^${name} is set but empty`), name);
+  }
+  t.false(loadConfig({ WEBHOOK_ALLOW_PRIVATE_TARGETS: '' }).webhookAllowPrivateTargets);
+});
+
+test('an empty HOST stops the gateway, and an empty ACTOR_PARTITIONS an actor node, with exit 2 naming the variable', async (t) => {
+  const dir = await tempDir('config');
+  t.teardown(() => removeDir(dir));
+  const gateway = await launch('gateway/main.js', { HOST: '', PORT: '0', DATA_DIR: dir, LOG_LEVEL: 'silent' });
+  t.is(gateway.code, 2, gateway.stderr);
+  t.regex(gateway.stderr, /^configuration error: HOST is set but empty/);
+  // Read as unset, this node would claim all 256 partitions beside the nodes that own them.
+  const node = await launch('actors/main.js', { NATS_URL: 'nats://127.0.0.1:1', NODE_ID: 'empty-partitions', ACTOR_PARTITIONS: '', LOG_LEVEL: 'silent' });
+  t.is(node.code, 2, node.stderr);
+  t.regex(node.stderr, /^configuration error: ACTOR_PARTITIONS is set but empty/);
 });
