@@ -1,6 +1,8 @@
 // Every setting the service reads from its environment (CONTRACT §1), parsed and checked in one
 // place so a bad value stops the process at start with a message naming the variable.
 
+import { LOG_LEVELS } from './log.js';
+
 export interface Config {
   host: string;
   port: number;
@@ -73,6 +75,8 @@ export function loadConfig(env: Env = process.env): Config {
   if (eventRetentionDays * 86_400 < retrying) {
     throw new ConfigError(`EVENT_RETENTION_DAYS (${eventRetentionDays}) must cover WEBHOOK_RETRY_SCHEDULE, which retries for ${(retrying / 86_400).toFixed(1)} days`);
   }
+  const logLevel = read(env, 'LOG_LEVEL') ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got '${logLevel}'`);
   return {
     host: read(env, 'HOST') ?? '127.0.0.1',
     port: int(env, 'PORT', 8080, 0, 65535),
@@ -97,7 +101,7 @@ export function loadConfig(env: Env = process.env): Config {
     busTimeoutMs: int(env, 'BUS_TIMEOUT_MS', 5000, 10, 120000),
     mailboxLimit: int(env, 'MAILBOX_LIMIT', 1000, 1, 1_000_000),
     storageMappedMb: int(env, 'STORAGE_MAPPED_MB', 32, 0, 1_048_576),
-    logLevel: read(env, 'LOG_LEVEL') ?? 'info',
+    logLevel,
     nodeId: read(env, 'NODE_ID'),
     actorPartitions: read(env, 'ACTOR_PARTITIONS'),
   };

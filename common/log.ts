@@ -2,6 +2,9 @@ import { pino } from 'pino';
 
 export type Logger = pino.Logger;
 
+/** The levels pino takes, `silent` included: LOG_LEVEL must be one of them. */
+export const LOG_LEVELS: readonly string[] = [...Object.keys(pino.levels.values), 'silent'];
+
 /**
  * JSON logs to stdout. Authorization headers and signing secrets never reach a log line: we log
  * no request headers, and the redact list is a second guard for objects passed by mistake.

@@ -102,3 +102,16 @@ test('an empty HOST stops the gateway, and an empty ACTOR_PARTITIONS an actor no
   t.is(node.code, 2, node.stderr);
   t.regex(node.stderr, /^configuration error: ACTOR_PARTITIONS is set but empty/);
 });
+
+test('LOG_LEVEL takes pino\'s levels and silent; anything else is refused by name', async (t) => {
+  for (const level of ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']) t.is(loadConfig({ LOG_LEVEL: level }).logLevel, level);
+  for (const level of ['foo', 'INFO', 'warning']) {
+    const err = t.throws(() => loadConfig({ LOG_LEVEL: level }), { instanceOf: ConfigError }, level);
+    t.regex(err?.message ?? '', new RegExp(`^LOG_LEVEL must be one of trace, debug, info, warn, error, fatal, silent, got '${level}'`));
+  }
+  const dir = await tempDir('config');
+  t.teardown(() => removeDir(dir));
+  const gateway = await launch('gateway/main.js', { HOST: '127.0.0.1', PORT: '0', DATA_DIR: dir, LOG_LEVEL: 'foo' });
+  t.is(gateway.code, 2, gateway.stderr);
+  t.regex(gateway.stderr, /^configuration error: LOG_LEVEL must be one of/);
+});
