@@ -53,6 +53,14 @@ function read(env: Env, name: string): string | undefined {
   return raw;
 }
 
+/** A switch: unset, '' or 0 is off, 1 is on. `true` or `yes` are refused rather than read as off. */
+function flag(env: Env, name: string): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === '' || raw === '0') return false;
+  if (raw === '1') return true;
+  throw new ConfigError(`${name} must be 1 (on) or 0 (off), got '${raw}'`);
+}
+
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = read(env, name);
   if (raw === undefined) return fallback;
@@ -94,7 +102,7 @@ export function loadConfig(env: Env = process.env): Config {
     webhookRetrySchedule: schedule.map(Number),
     webhookTimeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10000, 100, 120000),
     webhookDisableAfterHours: int(env, 'WEBHOOK_DISABLE_AFTER_HOURS', 120, 1, 24 * 365),
-    webhookAllowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS === '1',
+    webhookAllowPrivateTargets: flag(env, 'WEBHOOK_ALLOW_PRIVATE_TARGETS'),
     deprecationsFile: read(env, 'DEPRECATIONS_FILE'),
     adminGrpcPort: env.ADMIN_GRPC_PORT === undefined ? undefined : int(env, 'ADMIN_GRPC_PORT', 0, 0, 65535),
     adminGrpcHost: read(env, 'ADMIN_GRPC_HOST') ?? '127.0.0.1',

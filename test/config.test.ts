@@ -115,3 +115,12 @@ test('LOG_LEVEL takes pino\'s levels and silent; anything else is refused by nam
   t.is(gateway.code, 2, gateway.stderr);
   t.regex(gateway.stderr, /^configuration error: LOG_LEVEL must be one of/);
 });
+
+test('WEBHOOK_ALLOW_PRIVATE_TARGETS is 1 for on, unset, empty or 0 for off, and nothing else', (t) => {
+  t.true(loadConfig({ WEBHOOK_ALLOW_PRIVATE_TARGETS: '1' }).webhookAllowPrivateTargets);
+  for (const off of [undefined, '', '0']) t.false(loadConfig({ WEBHOOK_ALLOW_PRIVATE_TARGETS: off }).webhookAllowPrivateTargets, String(off));
+  for (const value of ['true', 'yes', 'on', 'TRUE', '2', ' 1']) {
+    const err = t.throws(() => loadConfig({ WEBHOOK_ALLOW_PRIVATE_TARGETS: value }), { instanceOf: ConfigError }, value);
+    t.regex(err?.message ?? '', /^WEBHOOK_ALLOW_PRIVATE_TARGETS must be 1 \(on\) or 0 \(off\)/, value);
+  }
+});
