@@ -61,6 +61,18 @@ function flag(env: Env, name: string): boolean {
   throw new ConfigError(`${name} must be 1 (on) or 0 (off), got '${raw}'`);
 }
 
+/**
+ * A listening address. An IPv6 literal may come in brackets, as it is written in a URL (RFC 3986
+ * §3.2.2); the sockets want it bare, and originOf puts the brackets back.
+ */
+function address(env: Env, name: string): string {
+  const raw = read(env, name) ?? '127.0.0.1';
+  if (!raw.startsWith('[') && !raw.endsWith(']')) return raw;
+  const bare = raw.slice(1, -1);
+  if (!raw.startsWith('[') || !raw.endsWith(']') || !bare.includes(':')) throw new ConfigError(`${name}: brackets may only hold an IPv6 address, as in [::1], got '${raw}'`);
+  return bare;
+}
+
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = read(env, name);
   if (raw === undefined) return fallback;
@@ -86,7 +98,7 @@ export function loadConfig(env: Env = process.env): Config {
   const logLevel = read(env, 'LOG_LEVEL') ?? 'info';
   if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got '${logLevel}'`);
   return {
-    host: read(env, 'HOST') ?? '127.0.0.1',
+    host: address(env, 'HOST'),
     port: int(env, 'PORT', 8080, 0, 65535),
     dataDir: read(env, 'DATA_DIR') ?? './data',
     natsUrl: read(env, 'NATS_URL'),
@@ -105,7 +117,7 @@ export function loadConfig(env: Env = process.env): Config {
     webhookAllowPrivateTargets: flag(env, 'WEBHOOK_ALLOW_PRIVATE_TARGETS'),
     deprecationsFile: read(env, 'DEPRECATIONS_FILE'),
     adminGrpcPort: env.ADMIN_GRPC_PORT === undefined ? undefined : int(env, 'ADMIN_GRPC_PORT', 0, 0, 65535),
-    adminGrpcHost: read(env, 'ADMIN_GRPC_HOST') ?? '127.0.0.1',
+    adminGrpcHost: address(env, 'ADMIN_GRPC_HOST'),
     busTimeoutMs: int(env, 'BUS_TIMEOUT_MS', 5000, 10, 120000),
     mailboxLimit: int(env, 'MAILBOX_LIMIT', 1000, 1, 1_000_000),
     storageMappedMb: int(env, 'STORAGE_MAPPED_MB', 32, 0, 1_048_576),

@@ -124,3 +124,20 @@ test('WEBHOOK_ALLOW_PRIVATE_TARGETS is 1 for on, unset, empty or 0 for off, and 
     t.regex(err?.message ?? '', /^WEBHOOK_ALLOW_PRIVATE_TARGETS must be 1 \(on\) or 0 \(off\)/, value);
   }
 });
+
+test('HOST and ADMIN_GRPC_HOST take an IPv6 address bare or in brackets; brackets around anything else are refused', (t) => {
+  for (const name of ['HOST', 'ADMIN_GRPC_HOST'] as const) {
+    const read = (value: string): string => {
+      const c = loadConfig({ [name]: value });
+      return name === 'HOST' ? c.host : c.adminGrpcHost;
+    };
+    t.is(read('[::1]'), '::1');
+    t.is(read('::1'), '::1');
+    t.is(read('[fe80::1%eth0]'), 'fe80::1%eth0');
+    t.is(read('localhost'), 'localhost');
+    for (const value of ['[127.0.0.1]', '[::1', '::1]', '[]']) {
+      const err = t.throws(() => read(value), { instanceOf: ConfigError }, `${name}=${value}`);
+      t.regex(err?.message ?? '', new RegExp(`^${name}: brackets may only hold an IPv6 address`));
+    }
+  }
+});

@@ -27,3 +27,12 @@ test('a second service on a port already served exits 1 and says why; the first 
     await res.arrayBuffer();
   }
 });
+
+test('HOST may name an IPv6 address in brackets, as in a URL: the service listens there and prints a URL that reaches it', async (t) => {
+  const running = await startChild(t.context.children, join(t.context.dir, 'bracketed'), SECRET, { HOST: '[::1]' });
+  t.regex(running.url, /^http:\/\/\[::1\]:\d+$/);
+  const auth = { authorization: `Bearer ${await token(SECRET, 'orders:read', { tenant: 'listen' })}` };
+  const res = await fetch(`${running.url}/v1/orders`, { headers: { ...auth, connection: 'close' } });
+  t.is(res.status, 200);
+  await res.arrayBuffer();
+});

@@ -54,7 +54,7 @@ export function startChild(children: Set<ChildProcess>, dir: string, secret: str
     }, START_WITHIN_MS);
     child.stdout?.on('data', (d: Buffer) => {
       out = (out + d.toString()).slice(-8000);
-      const m = listening ? null : /orders-api listening on (http:\/\/127\.0\.0\.1:\d+) \(embedded mode\)/.exec(out);
+      const m = listening ? null : /orders-api listening on (http:\/\/\S+:\d+) \(embedded mode\)/.exec(out);
       if (m) {
         listening = true;
         clearTimeout(timer);
