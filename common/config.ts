@@ -1,6 +1,7 @@
 // Every setting the service reads from its environment (CONTRACT §1), parsed and checked in one
 // place so a bad value stops the process at start with a message naming the variable.
 
+import { Buffer } from 'node:buffer';
 import { LOG_LEVELS } from './log.js';
 
 export interface Config {
@@ -73,6 +74,18 @@ function address(env: Env, name: string): string {
   return bare;
 }
 
+// RFC 7518 §3.2: an HS256 key must be at least as long as the hash output, 256 bits.
+const MIN_SECRET_BYTES = 32;
+
+/** AUTH_JWT_SECRET, checked for length and never echoed: a short HS256 key can be guessed offline from one token. */
+function jwtSecret(env: Env): string | undefined {
+  const secret = read(env, 'AUTH_JWT_SECRET');
+  if (secret === undefined) return undefined;
+  const bytes = Buffer.byteLength(secret, 'utf8');
+  if (bytes < MIN_SECRET_BYTES) throw new ConfigError(`AUTH_JWT_SECRET must be at least ${MIN_SECRET_BYTES} bytes (256 bits, RFC 7518 §3.2), got ${bytes}`);
+  return secret;
+}
+
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = read(env, name);
   if (raw === undefined) return fallback;
@@ -102,7 +115,7 @@ export function loadConfig(env: Env = process.env): Config {
     port: int(env, 'PORT', 8080, 0, 65535),
     dataDir: read(env, 'DATA_DIR') ?? './data',
     natsUrl: read(env, 'NATS_URL'),
-    jwtSecret: read(env, 'AUTH_JWT_SECRET'),
+    jwtSecret: jwtSecret(env),
     maxBodyBytes: int(env, 'MAX_BODY_BYTES', 1048576, 1024, 64 * 1048576),
     maxBatch: int(env, 'MAX_BATCH', 100, 1, 10000),
     rateLimitPerSecond: int(env, 'RATE_LIMIT_PER_SECOND', 1000, 1, 10_000_000),

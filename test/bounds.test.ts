@@ -29,7 +29,7 @@ const ALL = allPartitions();
 
 test.before(async (t) => {
   const dir = await tempDir('bounds');
-  const secret = 'bounds-secret';
+  const secret = 'bounds-secret-0123456789abcdef0123456';
   const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog() });
   const gateway = createGateway({
     routes: allRoutes(),

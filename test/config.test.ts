@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hostSettings } from '../actors/host.js';
 import { ConfigError, loadConfig, originOf } from '../common/config.js';
+import { jwtSecret as generatedSecret } from '../common/secret.js';
 import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
 
 /** Every variable README's Configuration table names, so a new one is checked here too. */
@@ -140,4 +141,17 @@ test('HOST and ADMIN_GRPC_HOST take an IPv6 address bare or in brackets; bracket
       t.regex(err?.message ?? '', new RegExp(`^${name}: brackets may only hold an IPv6 address`));
     }
   }
+});
+
+test('AUTH_JWT_SECRET shorter than 32 bytes is refused by name without echoing it; the generated one is long enough', async (t) => {
+  for (const secret of ['x', 'a'.repeat(31), 'é'.repeat(15)]) {
+    const err = t.throws(() => loadConfig({ AUTH_JWT_SECRET: secret }), { instanceOf: ConfigError }, secret);
+    t.regex(err?.message ?? '', /^AUTH_JWT_SECRET must be at least 32 bytes \(256 bits, RFC 7518 §3\.2\), got \d+$/);
+  }
+  t.is(loadConfig({ AUTH_JWT_SECRET: 'a'.repeat(32) }).jwtSecret, 'a'.repeat(32));
+  t.is(loadConfig({ AUTH_JWT_SECRET: 'é'.repeat(16) }).jwtSecret, 'é'.repeat(16), 'counted in UTF-8 bytes, as it keys the HMAC');
+  const dir = await tempDir('config');
+  t.teardown(() => removeDir(dir));
+  const generated = generatedSecret(undefined, dir);
+  t.notThrows(() => loadConfig({ AUTH_JWT_SECRET: generated }));
 });

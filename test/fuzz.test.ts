@@ -119,7 +119,7 @@ async function fuzzWorld(service: RunningService): Promise<Context> {
       bearer(await mintToken(secret, { sub: 'fuzz-noscope', tenant: 'fuzz-caller', scope: '' })),
       bearer(await mintToken(secret, { sub: 'fuzz-products', tenant: 'fuzz-caller', scope: 'products:read products:write' })),
       bearer(await mintToken(secret, { sub: 'fuzz-old', tenant: 'fuzz-caller', scope: ALL_SCOPES }, Math.floor(Date.now() / 1000) - 60)),
-      bearer(await mintToken('not-the-secret', { sub: 'fuzz-forged', tenant: 'fuzz-owner', scope: ALL_SCOPES })),
+      bearer(await mintToken('not-the-secret-0123456789abcdef0123', { sub: 'fuzz-forged', tenant: 'fuzz-owner', scope: ALL_SCOPES })),
       // alg: none, unsigned.
       bearer(`${Buffer.from('{"alg":"none","typ":"JWT"}').toString('base64url')}.${Buffer.from('{"sub":"x","scope":"orders:write"}').toString('base64url')}.`),
       bearer(fuzzerToken.slice(0, -3)),

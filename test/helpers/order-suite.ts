@@ -1202,7 +1202,7 @@ export function registerOrderSuite(test: TestFn<SuiteContext>): void {
     const anonymous = t.context.api.anonymous();
     const { http } = t.context.api;
     const expired = await mintToken(t.context.service.secret, { sub: 'u', tenant: owner.tenant, scope: 'orders:read' }, Math.floor(Date.now() / 1000) - 60);
-    const forged = await mintToken('not-the-secret', { sub: 'u', tenant: owner.tenant, scope: 'orders:read' });
+    const forged = await mintToken('not-the-secret-0123456789abcdef0123', { sub: 'u', tenant: owner.tenant, scope: 'orders:read' });
     const answers = [
       await anonymous.get('/v1/orders'),
       await anonymous.get(o.href),
