@@ -4,7 +4,7 @@
 // against the record of which store holds each partition: common/nats-partition-owners.ts).
 
 import { hostname } from 'node:os';
-import { ConfigError, loadConfig } from '../common/config.js';
+import { authorityOf, ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
 import { collectWhenIdle } from '../common/idle-gc.js';
 import { stopOnSignals } from '../common/shutdown.js';
@@ -60,7 +60,7 @@ async function main(): Promise<void> {
       config.adminGrpcPort,
     );
   }
-  process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}${operator ? ` (operator plane on ${config.adminGrpcHost}:${operator.port})` : ''}\n`);
+  process.stdout.write(`actor node ${nodeId} serving partitions ${ranges}${operator ? ` (operator plane on ${authorityOf(config.adminGrpcHost, operator.port)})` : ''}\n`);
 }
 
 main().catch((err: unknown) => {

@@ -141,11 +141,16 @@ export function loadConfig(env: Env = process.env): Config {
 }
 
 /**
- * The http origin of a server listening on `host` and `port`. An IPv6 address goes in brackets
+ * The `host:port` of a server listening on `host` and `port`. An IPv6 address goes in brackets
  * (RFC 3986 §3.2.2), once, whether HOST had them or not, and a zone id's `%` is written `%25`
- * (RFC 6874 §2): `fe80::1%eth0` is `http://[fe80::1%25eth0]:port`.
+ * (RFC 6874 §2): `fe80::1%eth0` is `[fe80::1%25eth0]:port`.
  */
-export function originOf(host: string, port: number): string {
+export function authorityOf(host: string, port: number): string {
   const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
-  return `http://${bare.includes(':') ? `[${bare.replace('%', '%25')}]` : bare}:${port}`;
+  return `${bare.includes(':') ? `[${bare.replace('%', '%25')}]` : bare}:${port}`;
+}
+
+/** The http origin of a server listening on `host` and `port`: `http://` and its authorityOf. */
+export function originOf(host: string, port: number): string {
+  return `http://${authorityOf(host, port)}`;
 }

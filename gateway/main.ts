@@ -1,7 +1,7 @@
 // `npm start`: the gateway process. Without NATS_URL it is the whole service in one process
 // (embedded mode); with NATS_URL it is a stateless gateway in front of actor nodes.
 
-import { ConfigError, loadConfig } from '../common/config.js';
+import { authorityOf, ConfigError, loadConfig } from '../common/config.js';
 import { createLogger } from '../common/log.js';
 import { collectWhenIdle } from '../common/idle-gc.js';
 import { stopOnSignals } from '../common/shutdown.js';
@@ -23,6 +23,8 @@ async function main(): Promise<void> {
   const service = await startService(config, log);
   // The one line scripts and tests wait for; keep its shape.
   process.stdout.write(`orders-api listening on ${service.url} (${service.mode} mode)\n`);
+  // ADMIN_GRPC_PORT=0 picks a free port: this line is the only way to learn which.
+  if (service.adminPort !== undefined) process.stdout.write(`operator plane on ${authorityOf(config.adminGrpcHost, service.adminPort)}\n`);
   if (service.mode === 'embedded') {
     process.stdout.write(
       `get a token: TOKEN=$(npm run -s token -- --scope "orders:read orders:write products:read products:write refunds:read refunds:write")\n` +

@@ -6,7 +6,7 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hostSettings } from '../actors/host.js';
-import { ConfigError, loadConfig, originOf } from '../common/config.js';
+import { authorityOf, ConfigError, loadConfig, originOf } from '../common/config.js';
 import { jwtSecret as generatedSecret } from '../common/secret.js';
 import { removeDir, ROOT, tempDir } from './helpers/edge-kit.js';
 
@@ -78,6 +78,8 @@ test('the origin printed for HOST puts an IPv6 address in brackets once, with a 
   t.is(originOf('::1', 8080), 'http://[::1]:8080');
   t.is(originOf('[::1]', 8080), 'http://[::1]:8080');
   t.is(originOf('fe80::1%eth0', 8080), 'http://[fe80::1%25eth0]:8080');
+  t.is(authorityOf('::1', 50051), '[::1]:50051', 'as the operator plane line prints it');
+  t.is(authorityOf('127.0.0.1', 50051), '127.0.0.1:50051');
 });
 
 test('a variable set to the empty string is refused by name, not read as its default', (t) => {

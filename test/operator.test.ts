@@ -4,7 +4,7 @@
 // other gateway through DEPRECATIONS_FILE, and health on actor nodes.
 
 import * as grpc from '@grpc/grpc-js';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -342,5 +342,44 @@ test('an actor node reports its role and partitions, refuses lifecycle calls, an
     op.close();
     health.close();
     await server.close();
+  }
+});
+
+test('a gateway started with ADMIN_GRPC_PORT=0 prints the operator plane port it got, and health answers there', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'operator-launch-'));
+  const child = spawn(process.execPath, [join(ROOT, 'dist', 'gateway', 'main.js')], {
+    env: { PATH: process.env.PATH ?? '', HOST: '127.0.0.1', PORT: '0', ADMIN_GRPC_PORT: '0', DATA_DIR: dir, LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  let out = '';
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  let health: grpc.Client | undefined;
+  try {
+    const printed = await new Promise<string>((done, failed) => {
+      const timer = setTimeout(() => failed(new Error(`no operator plane line within 15 s:\n${out}`)), 15_000);
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        const m = /^operator plane on (127\.0\.0\.1:(\d+))$/m.exec(out);
+        if (m && m[2] !== '0') {
+          clearTimeout(timer);
+          done(m[1]!);
+        }
+      });
+      void exited.then(() => {
+        clearTimeout(timer);
+        failed(new Error(`exited before printing the operator plane:\n${out}`));
+      });
+    });
+    t.regex(out, /^orders-api listening on http:\/\/127\.0\.0\.1:\d+ \(embedded mode\)$/m, 'the listening line keeps its shape');
+    health = new Health(printed, grpc.credentials.createInsecure());
+    t.deepEqual(await unary(health, 'check', { service: '' }), { status: 'SERVING' });
+  } finally {
+    health?.close();
+    child.kill('SIGTERM');
+    const stuck = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(stuck);
+    await removeDir(dir);
   }
 });
