@@ -47,6 +47,8 @@ const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|
 // reference is ASCII, RFC 3986; the Link header carries it as is) without quotes or angle brackets.
 const LINK_TARGET = /^(https?:\/\/[!#-;=?-~]+|\/[!#-;=?-~]*)$/;
 const MAX_BROWNOUTS = 100;
+/** Route tags of the documents that lead callers to the schedule and the guide. */
+const SIGNPOSTS = new Set(['discovery', 'lifecycle']);
 const MAX_ENTRIES = 1000;
 
 /**
@@ -91,7 +93,7 @@ export function parseEntries(raw: unknown, routes: readonly RouteDef[]): Lifecyc
   const list = Array.isArray(raw) ? raw : raw !== null && typeof raw === 'object' && Array.isArray((raw as { entries?: unknown }).entries) ? (raw as { entries: unknown[] }).entries : undefined;
   if (!list) throw new LifecycleError('the lifecycle file must hold a JSON array of entries (or { "entries": [...] })');
   if (list.length > MAX_ENTRIES) throw new LifecycleError(`at most ${MAX_ENTRIES} entries, got ${list.length}`);
-  const known = new Set(routes.map((r) => `${r.method} ${r.path}`));
+  const known = new Map(routes.map((r) => [`${r.method} ${r.path}`, r]));
   const seen = new Set<string>();
   return list.map((e: unknown, i) => {
     let where = `entry ${i}`;
@@ -114,6 +116,14 @@ export function parseEntries(raw: unknown, routes: readonly RouteDef[]): Lifecyc
     }
     linkOf(where, 'successor', o.successor);
     linkOf(where, 'guide', o.guide);
+    const answersGone = o.state === 'retired' ? 'state retired' : Array.isArray(o.brownouts) && o.brownouts.length > 0 ? 'brownouts' : undefined;
+    if (answersGone) {
+      // The documents a client finds the API, the schedule and the migration guide through must
+      // keep answering, or the 410s would point at pages that answer 410 too.
+      if (SIGNPOSTS.has(known.get(`${o.method} ${o.path}`)?.tag ?? '')) throw new LifecycleError(`${where}: the discovery documents and the schedule may be deprecated, never retired or browned out`);
+      // A 410 names the successor (SPEC §3.4, §7.2; CONTRACT §9): without one it leaves callers nowhere to go.
+      if (o.successor === undefined) throw new LifecycleError(`${where}: successor is required with ${answersGone}, which answer 410 naming it`);
+    }
     if (o.brownouts !== undefined) {
       if (!Array.isArray(o.brownouts) || o.brownouts.length > MAX_BROWNOUTS) throw new LifecycleError(`${where}: brownouts must be an array of at most ${MAX_BROWNOUTS} { start, end } windows`);
       o.brownouts.forEach((b: unknown, j) => {

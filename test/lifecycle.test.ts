@@ -174,7 +174,7 @@ test.serial('retired: 410 gone naming the successor, with the same Link headers'
 test.serial('GET /v1/deprecations lists every non-active route with dates, successor, guide and upcoming brownouts', async (t) => {
   const past = { start: '2026-02-01T00:00:00Z', end: '2026-02-01T01:00:00Z' };
   const next = { start: '2026-04-01T00:00:00Z', end: '2026-04-01T01:00:00Z' };
-  t.context.registry.replace([entry({ state: 'sunsetting', sunsetAt: SUNSET_AT, brownouts: [next, past] }), entry({ method: 'DELETE', path: '/v1/orders/{orderId}', state: 'retired', successor: undefined })]);
+  t.context.registry.replace([entry({ state: 'sunsetting', sunsetAt: SUNSET_AT, brownouts: [next, past] }), entry({ method: 'DELETE', path: '/v1/orders/{orderId}', state: 'retired' })]);
   const a = await t.context.call({ method: 'GET', path: '/v1/deprecations' });
   t.is(a.status, 200);
   const data = j(a).data as Record<string, unknown>[];
@@ -286,6 +286,22 @@ test('bad entries are refused with a message naming the entry and the field', (t
   t.notThrows(() => parseEntries([entry({ successor: '/v2/prod%C3%BCcts/{productId}?x=1#y', guide: 'https://example.com/guide~v2' })], routes));
   t.regex(refused([entry(), entry()]), /entry 1 .*a second entry for the same route/);
   t.regex(refused([{ ...entry(), sunset: SUNSET_AT }]), /unknown field 'sunset'/);
+});
+
+test('a retired route, or one with brownouts, must name its successor: the 410 points there', (t) => {
+  t.regex(refused([entry({ state: 'retired', successor: undefined })]), /entry 0 \(GET \/v1\/orders\/\{orderId\}\): successor is required with state retired/);
+  const window = { start: '2026-04-01T00:00:00Z', end: '2026-04-01T01:00:00Z' };
+  t.regex(refused([entry({ state: 'sunsetting', sunsetAt: SUNSET_AT, brownouts: [window], successor: undefined })]), /successor is required with brownouts/);
+  t.notThrows(() => parseEntries([entry({ successor: undefined }), entry({ path: '/v1/orders', state: 'sunsetting', sunsetAt: SUNSET_AT, successor: undefined, brownouts: [] })], routes), 'deprecated and sunsetting need none');
+});
+
+test('the discovery documents and the schedule may be deprecated but never retired or browned out', (t) => {
+  const window = { start: '2026-04-01T00:00:00Z', end: '2026-04-01T01:00:00Z' };
+  for (const path of ['/', '/v1', '/v2', '/v1/openapi.json', '/v2/openapi.json', '/v1/deprecations', '/docs', '/docs/migration-v1-v2', '/problems/{slug}']) {
+    t.notThrows(() => parseEntries([entry({ path, successor: '/v2' })], routes), path);
+    t.regex(refused([entry({ path, state: 'retired', successor: '/v2' })]), /the discovery documents and the schedule may be deprecated, never retired or browned out/, path);
+    t.regex(refused([entry({ path, successor: '/v2', brownouts: [window] })]), /never retired or browned out/, path);
+  }
 });
 
 test('a refused set of entries leaves the previous one in force', (t) => {

@@ -154,6 +154,23 @@ test.serial('lifecycle changes apply at once, are written back to the file, and 
     const nowhere = await status(client, 'changeLifecycle', { action: 'RETIRE', method: 'GET', path: '/v1/nowhere' }, admin);
     t.is(nowhere.code, grpc.status.INVALID_ARGUMENT);
     t.regex(nowhere.details, /path names no GET route/);
+    // A 410 names the successor, so retiring or browning out without one is refused.
+    const noSuccessor = await status(client, 'changeLifecycle', { action: 'RETIRE', method: 'GET', path: '/v1/orders' }, admin);
+    t.is(noSuccessor.code, grpc.status.INVALID_ARGUMENT);
+    t.regex(noSuccessor.details, /\(GET \/v1\/orders\): successor is required with state retired/);
+    await unary(client, 'changeLifecycle', { action: 'DEPRECATE', method: 'GET', path: '/v1/orders' }, admin);
+    const window = { start: new Date(Date.now() - 60_000).toISOString(), end: new Date(Date.now() + 60_000).toISOString() };
+    const noSuccessorBrownout = await status(client, 'changeLifecycle', { action: 'BROWNOUT', method: 'GET', path: '/v1/orders', ...window }, admin);
+    t.is(noSuccessorBrownout.code, grpc.status.INVALID_ARGUMENT);
+    t.regex(noSuccessorBrownout.details, /successor is required with brownouts/);
+    await unary(client, 'changeLifecycle', { action: 'ACTIVATE', method: 'GET', path: '/v1/orders' }, admin);
+    // Nor may the schedule, or the documents that lead to it, answer 410.
+    for (const path of ['/v1', '/v1/deprecations', '/v1/openapi.json']) {
+      const signpost = await status(client, 'changeLifecycle', { action: 'RETIRE', method: 'GET', path, successor: '/v2' }, admin);
+      t.is(signpost.code, grpc.status.INVALID_ARGUMENT, path);
+      t.regex(signpost.details, /never retired or browned out/, path);
+    }
+    t.is((await api.get('/v1/deprecations')).status, 200);
     t.is((await unary(client, 'listLifecycle', {}, admin)).entries[0].state, 'deprecated');
     t.is(JSON.parse(await readFile(file, 'utf8'))[0].state, 'deprecated');
 
