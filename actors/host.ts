@@ -458,7 +458,7 @@ export class ActorHost implements ActorEndpoint {
         case 'refund.list':
           return this.list(this.actors.refund, q);
         case 'usage.read':
-          return readUsage(q, (prefix, limit) => this.store.scan(this.usage as Table<unknown>, { prefix, after: undefined, reverse: false, limit }).map((r) => r.id), this.usage);
+          return readUsage(q, (range) => this.store.scan(this.usage as Table<unknown>, { ...range, reverse: false }), this.usage);
         default:
           return assertNever(q);
       }

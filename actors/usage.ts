@@ -4,9 +4,10 @@
 // UTC day, per principal. Every gateway's counts for a route meet at one owner, so the sums are
 // cluster-wide without any coordination between gateways.
 
-import type { Table, TableSpec, Write } from '../storage/store.js';
+import type { RangeQuery, Table, TableSpec, Write } from '../storage/store.js';
 import type { CommandOf, QueryOf, UsageRow } from '../proto/messages.js';
 import type { Plan } from './batch.js';
+import { ApiError } from '../common/errors.js';
 
 export interface UsageRecord {
   id: string;
@@ -46,14 +47,37 @@ export function planUsageAdd(cmd: CommandOf<'usage.add'>, table: Table<UsageReco
   return { writes: [...byId.values()] as Write<unknown>[], reply: null };
 }
 
-/** Rows of this node, for one route or all, from `since` (a UTC day) on. */
-export function readUsage(q: QueryOf<'usage.read'>, scan: (prefix: (string | number)[], limit: number) => string[], table: Table<UsageRecord>): UsageRow[] {
-  const ids = scan(q.route === undefined ? [] : [q.route], MAX_SCAN);
+/** The store's keyset scan of the usage index: positions after `after` under `prefix`, ascending. */
+export type UsageScan = (q: Omit<RangeQuery, 'reverse'>) => { v: number | string; id: string }[];
+
+// Sorts after every day and every id, so a scan positioned there goes on with the next route.
+const PAST_ROUTE = '\uffff';
+
+/**
+ * Rows of this node, for one route or all, from `since` (a UTC day) on. Each route's walk starts
+ * at its `since` day in the index (route, day, id), so older days cost nothing. A read that would
+ * still pass `maxScan` rows fails rather than answer a partial sum: a count here may come out
+ * high, never low.
+ */
+export function readUsage(q: QueryOf<'usage.read'>, scan: UsageScan, table: Table<UsageRecord>, maxScan = MAX_SCAN): UsageRow[] {
   const rows: UsageRow[] = [];
-  for (const id of ids) {
-    const r = table.get(id);
-    if (!r || (q.since !== undefined && r.day < q.since)) continue;
-    rows.push({ route: r.route, day: r.day, principal: r.principal, count: r.count });
+  const read = (route: string): void => {
+    const hits = scan({ prefix: [route], after: q.since === undefined ? undefined : [q.since, ''], limit: maxScan - rows.length + 1 });
+    if (rows.length + hits.length > maxScan) {
+      throw new ApiError('payload-too-large', `Usage since ${q.since ?? 'the first day'} has more than ${maxScan} rows on one node; name a route or a later since.`);
+    }
+    for (const { id } of hits) {
+      const r = table.get(id);
+      if (r) rows.push({ route: r.route, day: r.day, principal: r.principal, count: r.count });
+    }
+  };
+  if (q.route !== undefined) {
+    read(q.route);
+    return rows;
+  }
+  // One walk per route, found by skipping past the previous route's rows: routes are few.
+  for (let next = scan({ prefix: [], after: undefined, limit: 1 })[0]; next !== undefined; next = scan({ prefix: [], after: [next.v, PAST_ROUTE], limit: 1 })[0]) {
+    read(String(next.v));
   }
   return rows;
 }

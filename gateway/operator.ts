@@ -125,6 +125,8 @@ export async function startOperator(deps: OperatorDeps, host: string, port: numb
           cb(null, await run(call.request));
         } catch (err) {
           if (err instanceof LifecycleError) return cb(fail(grpc.status.INVALID_ARGUMENT, err.message));
+          // A usage read too large for one node's bound says so, for the operator to narrow it.
+          if (err instanceof ApiError && err.slug === 'payload-too-large') return cb(fail(grpc.status.RESOURCE_EXHAUSTED, err.detail));
           if (typeof (err as grpc.ServiceError).code === 'number') return cb(err as grpc.ServiceError);
           deps.log.error({ err, call: name }, 'operator call failed');
           cb(fail(grpc.status.INTERNAL, 'the call could not be completed'));

@@ -4,6 +4,7 @@
 // cluster mode every gateway flushes to the same owner, so the sums cover the whole cluster.
 
 import type { Bus } from '../common/bus.js';
+import { fromWire } from '../common/errors.js';
 import { partitionFor } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import type { UsageCount, UsageRow } from '../proto/messages.js';
@@ -161,7 +162,7 @@ export async function readUsage(bus: Bus, opts: { route?: string; since?: string
   const results = await bus.scatter(q);
   const rows: UsageRow[] = [];
   for (const r of results) {
-    if (!r.ok) throw new Error(`usage could not be read: ${r.error.detail}`);
+    if (!r.ok) throw fromWire(r.error);
     rows.push(...(r.value as UsageRow[]));
   }
   return summarize(rows, opts.top);

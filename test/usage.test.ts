@@ -14,6 +14,9 @@ import { createGateway } from '../gateway/pipeline.js';
 import { MAX_PENDING, UsageCounter, readUsage, summarize } from '../gateway/usage.js';
 import { answerOf, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
 import { allPartitions } from '../common/partitions.js';
+import { ApiError } from '../common/errors.js';
+import { planUsageAdd, readUsage as readRows, USAGE, type UsageScan } from '../actors/usage.js';
+import { Store } from '../storage/store.js';
 import type { Bus } from '../common/bus.js';
 import type { Command, UsageCount } from '../proto/messages.js';
 
@@ -148,4 +151,39 @@ test('while the owner is away, the counts held stay bounded, and none is lost: t
   t.true(received.length <= MAX_PENDING + 1, `${received.length} counts sent`);
   t.is(received.reduce((n, c) => n + c.n, 0), calls, 'every call counted');
   t.true(received.some((c) => c.principal === '(others)'));
+});
+
+test('a read walks each route from its since day, so a table larger than one read keeps its newest days, and a read past the bound fails rather than answer low', async (t) => {
+  const dir = await tempDir('usage-scan');
+  const store = Store.open(dir);
+  t.teardown(async () => {
+    await store.close();
+    await removeDir(dir);
+  });
+  const table = store.table(USAGE);
+  const day = (d: number): string => `2026-03-${String(d).padStart(2, '0')}`;
+  const counts: UsageCount[] = [];
+  for (let d = 1; d <= 30; d++) counts.push({ route: ROUTE, day: day(d), principal: 'a', n: 1 }, { route: ROUTE, day: day(d), principal: 'b', n: 2 });
+  for (let d = 26; d <= 30; d++) counts.push({ route: 'GET /v1/orders', day: day(d), principal: 'c', n: 3 });
+  await store.commit(planUsageAdd({ kind: 'usage.add', tenant: '', partition: 0, counts }, table).writes);
+  const scan: UsageScan = (range) => store.scan(table, { ...range, reverse: false });
+  const MAX = 10;
+  const read = (q: { route?: string; since?: string }): { day: string; route: string }[] => readRows({ kind: 'usage.read', ...q }, scan, table, MAX);
+
+  // 65 rows in all, 10 a read: the newest five days of one route fill the read exactly.
+  const newest = read({ route: ROUTE, since: day(26) });
+  t.is(newest.length, 10);
+  t.deepEqual([...new Set(newest.map((r) => r.day))], [day(26), day(27), day(28), day(29), day(30)]);
+  // Every route, each from its own since day.
+  const all = read({ since: day(28) });
+  t.deepEqual(all.map((r) => `${r.route} ${r.day}`).sort(), [
+    `GET /v1/orders ${day(28)}`, `GET /v1/orders ${day(29)}`, `GET /v1/orders ${day(30)}`,
+    `${ROUTE} ${day(28)}`, `${ROUTE} ${day(28)}`, `${ROUTE} ${day(29)}`, `${ROUTE} ${day(29)}`, `${ROUTE} ${day(30)}`, `${ROUTE} ${day(30)}`,
+  ].sort());
+  // More rows than a read walks: refused, never a partial (low) sum.
+  for (const q of [{ route: ROUTE, since: day(25) }, { since: day(26) }, {}]) {
+    const err = t.throws(() => read(q), { instanceOf: ApiError }, JSON.stringify(q));
+    t.is(err?.slug, 'payload-too-large');
+    t.regex(err?.message ?? '', /more than 10 rows on one node; name a route or a later since/);
+  }
 });
