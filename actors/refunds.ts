@@ -46,6 +46,9 @@ export const refundActor: ActorDef<RefundRecord, CommandOf<'refund.get'>> = {
 
 const terminal = (op: OperationRecord): boolean => op.status === 'succeeded' || op.status === 'failed';
 
+/** Finished and past OPERATION_RETENTION_HOURS: as good as swept, whether the sweep has come by or not. */
+const pastRetention = (op: OperationRecord, now: number): boolean => terminal(op) && (op.expiresAt ?? 0) <= now;
+
 export const operationActor: ActorDef<OperationRecord, CommandOf<'operation.get'>> = {
   table: {
     name: 'operations',
@@ -57,7 +60,8 @@ export const operationActor: ActorDef<OperationRecord, CommandOf<'operation.get'
   listPrefix: () => {
     throw new Error('operations are not listed');
   },
-  decide: (_cmd, current) => ({ next: current, reply: existing(current, 'operation') }),
+  // The sweep runs now and then; a read in between must not show what retention has ended (CONTRACT §8).
+  decide: (_cmd, current, now) => ({ next: current, reply: existing(current && !pastRetention(current, now) ? current : undefined, 'operation') }),
 };
 
 const orderLeft = (o: OrderRecord): number => o.total - (o.refunded ?? 0) - (o.refundHeld ?? 0);
@@ -213,6 +217,6 @@ export function planRefundFinish(opId: string, outcome: ProcessorOutcome, t: Ref
 /** Removes a finished operation past its retention; the refund stays. */
 export function planOperationSweep(opId: string, t: RefundTables, now: number): Plan | undefined {
   const op = t.operations.get(opId);
-  if (!op || !terminal(op) || (op.expiresAt ?? 0) > now) return undefined;
+  if (!op || !pastRetention(op, now)) return undefined;
   return { writes: [write(t.operations, op.id, op, undefined)], reply: null };
 }

@@ -306,7 +306,7 @@ test('a processor call that hangs, even one that ignores the abort, is abandoned
   }
 });
 
-test('finished operations are swept after their retention; the refund stays; unfinished ones are not', async (t) => {
+test('finished operations read as not found once past their retention, sweep or not, and are swept; the refund stays; unfinished ones are not', async (t) => {
   const dir = await tempDir('refund-sweep');
   let now = Date.parse('2026-01-01T00:00:00Z');
   const hours = 3600_000;
@@ -323,8 +323,11 @@ test('finished operations are swept after their retention; the refund stays; unf
     await until(host, unfinished.id, 'running');
     t.is(await host.sweepOperations(), 0, 'kept within its retention');
     now += 24 * hours - 1;
+    t.true(read(host, 'operation.get', op.id).ok, 'readable to the end of its retention');
     t.is(await host.sweepOperations(), 0);
     now += 1;
+    const expired = read(host, 'operation.get', op.id);
+    t.true(!expired.ok && expired.error.code === 'not-found', `read before the sweep comes by: ${JSON.stringify(expired)}`);
     t.is(await host.sweepOperations(), 1);
     const gone = read(host, 'operation.get', op.id);
     t.true(!gone.ok && gone.error.code === 'not-found');
