@@ -18,11 +18,20 @@ import { dispatchOptions } from '../gateway/webhook-wiring.js';
 import { Authenticator } from '../gateway/auth.js';
 import type { OperatorServer } from '../gateway/operator.js';
 
+/** ACTOR_PARTITIONS, read: a value that names no partitions is a configuration error (exit 2). */
+function partitionsOf(spec: string | undefined): number[] {
+  try {
+    return parsePartitions(spec);
+  } catch (err) {
+    throw new ConfigError(err instanceof Error ? err.message : String(err));
+  }
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
   if (!config.natsUrl) throw new ConfigError('NATS_URL must be set for an actor node (embedded mode runs actors inside `npm start`).');
   const log = createLogger(config.logLevel, 'actors');
-  const partitions = parsePartitions(config.actorPartitions);
+  const partitions = partitionsOf(config.actorPartitions);
   const nodeId = config.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 40)}-${process.pid}`;
   // The dispatcher reads endpoints of tenants whose partition another node owns over the bus.
   const remote = await startNatsBus(config.natsUrl, { timeoutMs: config.busTimeoutMs, log: (m) => log.info(m), warn: (m) => log.warn(m) });

@@ -104,6 +104,10 @@ test('an empty HOST stops the gateway, and an empty ACTOR_PARTITIONS an actor no
   const node = await launch('actors/main.js', { NATS_URL: 'nats://127.0.0.1:1', NODE_ID: 'empty-partitions', ACTOR_PARTITIONS: '', LOG_LEVEL: 'silent' });
   t.is(node.code, 2, node.stderr);
   t.regex(node.stderr, /^configuration error: ACTOR_PARTITIONS is set but empty/);
+  // One that names no partitions is refused the same way.
+  const bad = await launch('actors/main.js', { NATS_URL: 'nats://127.0.0.1:1', NODE_ID: 'bad-partitions', ACTOR_PARTITIONS: '0-999', LOG_LEVEL: 'silent' });
+  t.is(bad.code, 2, bad.stderr);
+  t.regex(bad.stderr, /^configuration error: ACTOR_PARTITIONS: '0-999' goes past the last partition/);
 });
 
 test('LOG_LEVEL takes pino\'s levels and silent; anything else is refused by name', async (t) => {
