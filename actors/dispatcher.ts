@@ -54,6 +54,8 @@ export interface DispatchOptions {
   remote?: Bus;
   /** Most deliveries in flight to one endpoint. */
   perEndpoint?: number;
+  /** Most connections to one receiving origin (actors/webhook-send.ts; tests lower it). */
+  socketsPerOrigin?: number;
   /** Most fresh deliveries held in memory for busy endpoints, all of them together (tests lower it). */
   maxHandedOver?: number;
   /** Signs deliveries (tests put one in that fails). */
@@ -208,7 +210,7 @@ export class Dispatcher {
     this.outbox = store.table(OUTBOX);
     this.endpoints = store.table(ENDPOINTS);
     this.deliveries = store.table(DELIVERIES);
-    this.sender = new WebhookSender({ timeoutMs: opts.timeoutMs, ca: opts.ca });
+    this.sender = new WebhookSender({ timeoutMs: opts.timeoutMs, ca: opts.ca, socketsPerOrigin: opts.socketsPerOrigin });
     this.signer = opts.signer ?? new Signer();
     this.succeededKnownSince = host.now();
     this.resolver = opts.resolver ?? systemResolver;
@@ -725,15 +727,25 @@ export class Dispatcher {
         s.job.done(s.err, s.retrying);
       }
     };
+    // Stored pending, due RETRY_AFTER_FAILURE_MS from now, with no attempt added.
+    const later = (d: DeliveryRecord, done: (err?: unknown) => void): void => {
+      const after: DeliveryRecord = { ...d, version: d.version + 1, nextAttemptAt: this.host.now() + RETRY_AFTER_FAILURE_MS };
+      this.queueDelivery(d, { table: this.deliveries as Table<unknown>, id: d.id, before: d.version === 0 ? undefined : d, after }, done);
+    };
     // A fan-out's first attempt (version 0) is stored only with its outcome. One that could not
     // be sent is stored pending instead, for its endpoint's worker to try again (the job's `done`
     // with an error wakes it after RETRY_AFTER_FAILURE_MS).
     const unsent = (d: DeliveryRecord): void => {
-      if (d.version !== 0) return;
-      const after: DeliveryRecord = { ...d, version: 1, nextAttemptAt: now + RETRY_AFTER_FAILURE_MS };
-      this.queueDelivery(d, { table: this.deliveries as Table<unknown>, id: d.id, before: undefined, after }, () => undefined);
+      if (d.version === 0) later(d, () => undefined);
     };
     const outcome = (s: State, d: DeliveryRecord, res: SendResult, eventAt: number): void => {
+      // The origin's connections were all busy: nothing reached the receiver, so nothing is
+      // held against it; its worker tries the delivery again shortly.
+      if (res.notSent) {
+        s.retrying = true;
+        later(d, (err) => finish(s, err));
+        return;
+      }
       let decided: Decision;
       try {
         decided = this.decide(d, res, s.job.endpoint, eventAt);

@@ -1,8 +1,9 @@
 // One webhook POST (CONTRACT §10, SPEC §3.3): to the address the SSRF check passed (pinned
 // through `lookup`, so no second DNS answer is used), over a keep-alive pool per origin, never
-// following a redirect, with a deadline over the whole exchange (WEBHOOK_TIMEOUT_MS), reading at
-// most RESPONSE_CAP bytes of the answer. TLS verifies the certificate against the URL's host
-// name; tests add their own CA through `ca`, never by turning verification off.
+// following a redirect, with a deadline (WEBHOOK_TIMEOUT_MS) over the whole exchange from the
+// moment it has a connection, reading at most RESPONSE_CAP bytes of the answer. TLS verifies
+// the certificate against the URL's host name; tests add their own CA through `ca`, never by
+// turning verification off.
 
 import { performance } from 'node:perf_hooks';
 import { Buffer } from 'node:buffer';
@@ -24,6 +25,8 @@ export interface SendResult {
   retryAfterMs: number | undefined;
   error: string | null;
   durationMs: number;
+  /** Nothing was sent: no connection to the origin came free in time (not the receiver's doing). */
+  notSent?: true;
 }
 
 export interface SenderOptions {
@@ -32,6 +35,8 @@ export interface SenderOptions {
   ca?: string | Buffer | (string | Buffer)[];
   /** Keep-alive pools kept at once, one per receiving origin (MAX_AGENTS; tests set fewer). */
   maxAgents?: number;
+  /** Most connections to one origin at once (SOCKETS_PER_ORIGIN; tests set fewer). */
+  socketsPerOrigin?: number;
 }
 
 /** Retry-After as delay-seconds or an HTTP-date (RFC 9110 §10.2.3), in ms from now. */
@@ -66,23 +71,39 @@ export class WebhookSender {
    * `headers` is taken over (the content headers are added to it).
    */
   post(url: URL, addresses: Address[], headers: Record<string, string>, body: string, cb: (res: SendResult) => void): void {
-    const started = performance.now();
+    let started = performance.now();
     const target = this.targetOf(url);
     let settled = false;
-    const done = (status: number | null, error: string | null, retryAfterMs?: number): void => {
+    const done = (status: number | null, error: string | null, retryAfterMs?: number, notSent?: true): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started) });
+      cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started), notSent });
     };
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(body));
     headers['user-agent'] = 'orders-api-webhooks/1';
     const req = target.module.request({ ...target.options, agent: this.agentFor(target.origin, url.protocol), lookup: this.lookupOf(addresses), headers });
-    const timer = setTimeout(() => {
-      done(null, 'timeout');
+    // Past SOCKETS_PER_ORIGIN a request waits in the pool for a connection to come free. That
+    // wait is ours, not the receiver's: charged to WEBHOOK_TIMEOUT_MS, a receiver answering well
+    // within it timed out behind the origin's other deliveries, and each was sent again. So the
+    // deadline starts once the request has its socket (connecting included), and a request that
+    // got none for a whole timeout is given up unsent (the pool still holds it, but a destroyed
+    // request is skipped when a socket comes free), for the dispatcher to try again later
+    // without counting an attempt.
+    let timer = setTimeout(() => {
+      done(null, 'no connection to the receiver came free', undefined, true);
       req.destroy();
     }, this.opts.timeoutMs);
+    req.once('socket', () => {
+      if (settled) return;
+      clearTimeout(timer);
+      started = performance.now();
+      timer = setTimeout(() => {
+        done(null, 'timeout');
+        req.destroy();
+      }, this.opts.timeoutMs);
+    });
     req.on('error', (err: NodeJS.ErrnoException) => done(null, err.code ?? err.message));
     req.on('response', (res) => {
       let read = 0;
@@ -167,7 +188,8 @@ export class WebhookSender {
     }
     // Idle keep-alive sockets close after IDLE_SOCKET_MS (the agent destroys a free socket that
     // times out).
-    const common = { keepAlive: true, maxSockets: SOCKETS_PER_ORIGIN, maxFreeSockets: SOCKETS_PER_ORIGIN, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS };
+    const sockets = this.opts.socketsPerOrigin ?? SOCKETS_PER_ORIGIN;
+    const common = { keepAlive: true, maxSockets: sockets, maxFreeSockets: sockets, scheduling: 'lifo' as const, timeout: IDLE_SOCKET_MS };
     agent = protocol === 'https:' ? new https.Agent({ ...common, ca: this.opts.ca ? withSystemRoots(this.opts.ca) : undefined }) : new http.Agent(common);
     if (this.agents.size >= (this.opts.maxAgents ?? MAX_AGENTS)) {
       const [oldest, old] = this.agents.entries().next().value!;

@@ -289,3 +289,37 @@ test('deliveries held in memory for busy endpoints stay within the bound for all
     await removeDir(dir);
   }
 });
+
+test('many endpoints on one slow but healthy receiver: waiting for a connection is not the receiver\'s time; each delivery is made once, none times out', async (t) => {
+  const dir = await tempDir('webhook-origin-queue');
+  // Two connections to the origin, 24 deliveries answered in 250 ms each: the last would wait
+  // about 3 s for a connection, twice the timeout.
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: ALL,
+    mailboxLimit: 100,
+    log: silentLog(),
+    webhooks: { retrySchedule: [1, 1], timeoutMs: 1500, disableAfterMs: 3_600_000, allowPrivateTargets: true, socketsPerOrigin: 2 },
+  });
+  const r = t.context.r;
+  r.answer = () => ({ status: 200, delayMs: 250 });
+  try {
+    const tenant = 'policy-origin-queue';
+    const endpoints = await Promise.all([1, 2, 3, 4].map((n) => ok<EndpointRecord>(host.handle(endpointCreate(tenant, `${r.url}/e${n}`)))));
+    await Promise.all(Array.from({ length: 6 }, () => order(host, tenant)));
+    for (const e of endpoints) {
+      await until(`every delivery to ${e.id} settled`, async () => (await deliveries(host, tenant, e.id)).filter((d) => d.status !== 'pending').length === 6, 20_000);
+    }
+    const attempts = (await Promise.all(endpoints.map((e) => deliveries(host, tenant, e.id)))).flat().flatMap((d) => d.attempts);
+    t.deepEqual(
+      attempts.filter((a) => a.outcome !== 'delivered').map((a) => a.error),
+      [],
+      'attempts charged with the wait for a connection',
+    );
+    t.is(attempts.length, 24);
+    t.is(r.got.length, 24, 'deliveries sent more than once');
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});

@@ -1,6 +1,7 @@
 // The sender's keep-alive pools (actors/webhook-send.ts), over real sockets to local receivers:
 // past its bound of pools, the one used longest ago goes, and a request it carries still ends
-// with its answer, never reset, its socket closing once that answer is in.
+// with its answer, never reset, its socket closing once that answer is in. Past its bound of
+// connections to an origin, a request's wait for one is not counted against the receiver.
 
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -12,15 +13,17 @@ interface Receiver {
   url: URL;
   connections: number;
   open: number;
+  requests: number;
   close(): Promise<void>;
 }
 
 async function receiver(answerAfterMs: number): Promise<Receiver> {
   const server = http.createServer((req, res) => {
+    r.requests++;
     req.resume();
     req.on('end', () => setTimeout(() => res.end('ok'), answerAfterMs));
   });
-  const r: Receiver = { url: new URL('http://127.0.0.1'), connections: 0, open: 0, close: () => new Promise((done) => server.close(() => done())) };
+  const r: Receiver = { url: new URL('http://127.0.0.1'), connections: 0, open: 0, requests: 0, close: () => new Promise((done) => server.close(() => done())) };
   server.on('connection', (socket) => {
     r.connections++;
     r.open++;
@@ -76,5 +79,24 @@ test('closing the sender ends the requests of a pool that went too', async (t) =
   } finally {
     sender.close();
     await Promise.all([slow, b].map((r) => r.close()));
+  }
+});
+
+test('the deadline starts when a request has a connection; one that waits a whole timeout for one is given up unsent', async (t) => {
+  const slow = await receiver(400);
+  const sender = new WebhookSender({ timeoutMs: 700, socketsPerOrigin: 1 });
+  try {
+    const [a, b, c] = await Promise.all([1, 2, 3].map(() => sender.send(slow.url, LOOPBACK, {}, '{}')));
+    t.is(a!.status, 200);
+    // b waited 400 ms for a's connection, then was answered in 400: within its 700 ms.
+    t.is(b!.status, 200, `b: ${String(b!.error)}`);
+    t.is(b!.notSent, undefined);
+    // c would have waited 800 ms: given up before it reached the receiver.
+    t.deepEqual([c!.status, c!.notSent], [null, true]);
+    await delay(300);
+    t.is(slow.requests, 2, 'the request given up was sent after all');
+  } finally {
+    sender.close();
+    await slow.close();
   }
 });
