@@ -76,7 +76,16 @@ export function boundedResolver(resolve: Resolver, deadlineMs = RESOLVE_DEADLINE
     });
 }
 
+/** DNS for deliveries (the dispatcher). */
 export const systemResolver: Resolver = boundedResolver(lookup);
+
+/**
+ * DNS for the registration check (the gateway), with a slot of its own: in embedded mode the
+ * gateway and the dispatcher share a process, and a tenant registering names whose name servers
+ * never answer would otherwise hold the slots every tenant's deliveries resolve through, and the
+ * other way round. One slot, so DNS holds at most three of libuv's four threads.
+ */
+export const registrationResolver: Resolver = boundedResolver(lookup, RESOLVE_DEADLINE_MS, 1);
 
 // Two lists: Node's BlockList checks an IPv4 address against IPv6 rules too (as if mapped), so
 // one list holding ::ffff:0:0/96 would refuse every IPv4 address.

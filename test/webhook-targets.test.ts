@@ -147,7 +147,7 @@ test('registration refuses private targets (422 saying what the URL must be, nev
     if (host === 'private.test') return [{ address: '10.0.0.7', family: 4 }];
     if (host === 'mixed.test') return [{ address: PUBLIC, family: 4 }, { address: '127.0.0.1', family: 4 }];
     if (host === 'rebind.test') return [{ address: rebound ? '127.0.0.1' : PUBLIC, family: 4 }];
-    throw new Error('ENOTFOUND');
+    throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
   };
   const s = await startWebhookService({ WEBHOOK_ALLOW_PRIVATE_TARGETS: '' }, { resolver });
   const tls = await makeTestCa();
@@ -192,6 +192,54 @@ test('registration refuses private targets (422 saying what the URL must be, nev
     t.is(r.got.length, 0);
   } finally {
     await r.close();
+    await s.close();
+  }
+});
+
+test('registration when DNS gives no answer: 503 with Retry-After and nothing stored, also when other names hold every lookup slot; a name that does not exist stays 422', async (t) => {
+  const silent: string[] = [];
+  const inner: Resolver = (host) => {
+    if (host === 'again.test') return Promise.reject(Object.assign(new Error('getaddrinfo EAI_AGAIN again.test'), { code: 'EAI_AGAIN' }));
+    if (host === 'nowhere.test') return Promise.reject(Object.assign(new Error('getaddrinfo ENOTFOUND nowhere.test'), { code: 'ENOTFOUND' }));
+    if (host.startsWith('silent')) {
+      silent.push(host);
+      // Name servers that never answer.
+      return new Promise<Address[]>(() => undefined);
+    }
+    return Promise.resolve([{ address: PUBLIC, family: 4 }]);
+  };
+  // Bounded as the system resolver is: a deadline, and two lookups at once.
+  const s = await startWebhookService({ WEBHOOK_ALLOW_PRIVATE_TARGETS: '' }, { resolver: boundedResolver(inner, 300, 2) });
+  try {
+    const c = await s.api.as('dns-temp', WEBHOOK_SCOPES);
+    const unavailable = async (res: { status: number; headers: Record<string, string>; json: { type: string; detail: string } }, what: string): Promise<void> => {
+      t.is(res.status, 503, what);
+      t.is(res.json.type, '/problems/unavailable', what);
+      t.regex(res.headers['retry-after'] ?? '', /^[1-9]\d*$/, what);
+      t.notRegex(res.json.detail, /\.test/, what);
+    };
+    await unavailable(await c.post('/v1/webhook-endpoints', { endpointUrl: 'https://again.test/hook', eventTypes: ['*'] }), 'EAI_AGAIN');
+    const gone = await c.post('/v1/webhook-endpoints', { endpointUrl: 'https://nowhere.test/hook', eventTypes: ['*'] });
+    t.is(gone.status, 422);
+    t.is(gone.json.errors[0].pointer, '/endpointUrl');
+
+    // One tenant's names whose DNS never answers hold both slots; another tenant's good name
+    // waits for one past the deadline: a temporary refusal, not a verdict on its URL.
+    const hog = await s.api.as('dns-hog', WEBHOOK_SCOPES);
+    const held = await Promise.all(['silent-1.test', 'silent-2.test'].map((h) => hog.post('/v1/webhook-endpoints', { endpointUrl: `https://${h}/hook`, eventTypes: ['*'] })));
+    for (const res of held) await unavailable(res, 'a name whose DNS never answers');
+    const other = await s.api.as('dns-other', WEBHOOK_SCOPES);
+    await unavailable(await other.post('/v1/webhook-endpoints', { endpointUrl: 'https://good.test/hook', eventTypes: ['*'] }), 'a good name behind held slots');
+    t.is(silent.length, 2);
+
+    for (const caller of [c, hog, other]) t.deepEqual((await caller.get('/v1/webhook-endpoints')).json.data, [], 'an endpoint was stored');
+    // A PATCH to a name that gets no answer changes nothing either.
+    const ok = await c.post('/v1/webhook-endpoints', { endpointUrl: `https://${PUBLIC}/hook`, eventTypes: ['*'] });
+    t.is(ok.status, 201);
+    const path = `/v1/webhook-endpoints/${ok.json.id as string}`;
+    await unavailable(await c.patch(path, { endpointUrl: 'https://again.test/other' }), 'PATCH');
+    t.is((await c.get(path)).json.endpointUrl, `https://${PUBLIC}/hook`);
+  } finally {
     await s.close();
   }
 });

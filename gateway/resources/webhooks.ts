@@ -11,13 +11,15 @@ import { newId, partitionFor } from '../../common/ids.js';
 import { newSigningSecret } from '../../common/webhook-signature.js';
 import type { DeliveryRecord, EndpointInput, EndpointPatch, EndpointRecord } from '../../proto/webhooks.js';
 import { EVENT_TYPES } from '../../proto/webhooks.js';
-import { parseTarget, resolveTarget, systemResolver, TargetRefused, type Resolver } from '../../actors/webhook-target.js';
+import { parseTarget, registrationResolver, resolveTarget, TargetRefused, type Resolver } from '../../actors/webhook-target.js';
 import { fieldsParam, LIST_PARAMS, sortParam, variantOf } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, guards, principalOf, route } from '../route.js';
 import { collectionSchema, idParam, iso, linksSchema, plainListPage, problemResponses } from './common.js';
 
 const BASE = '/v1/webhook-endpoints';
 const NO_STORE = 'no-store';
+/** Seconds a registration whose host got no DNS answer is told to wait (RESOLVE_DEADLINE_MS, and some). */
+const UNRESOLVED_RETRY_AFTER_S = 5;
 /** How long a rotated-out secret keeps signing beside the new one (CONTRACT §10). */
 export const OLD_SECRET_MS = 24 * 3600_000;
 const ENDPOINT_FIELDS = ['id', 'endpointUrl', 'eventTypes', 'apiVersion', 'status', 'description', 'disabledReason', 'createdAt', 'updatedAt'] as const;
@@ -150,15 +152,23 @@ export interface WebhookRouteOptions {
 }
 
 export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
-  const resolver = opts.resolver ?? systemResolver;
+  const resolver = opts.resolver ?? registrationResolver;
 
-  /** The SSRF guard at registration: 422 saying what the URL must be, never where its host points (CONTRACT §4, §10). */
+  /**
+   * The SSRF guard at registration: 422 saying what the URL must be, never where its host points
+   * (CONTRACT §4, §10). A host whose name servers gave no answer (they failed, timed out, or
+   * every lookup slot was taken) is not known to be wrong: 503, so the client tries again rather
+   * than "fixing" a good URL, and the detail names no host either.
+   */
   async function checkUrl(ctx: Ctx, raw: string): Promise<void> {
     const allow = ctx.config.webhookAllowPrivateTargets;
     try {
       await resolveTarget(parseTarget(raw, allow), resolver, allow);
     } catch (err) {
       if (!(err instanceof TargetRefused)) throw err;
+      if (err.unresolved) {
+        throw new ApiError('unavailable', 'The endpoint URL\'s host could not be resolved just now; nothing was stored. Retry later.', { headers: { 'retry-after': String(UNRESOLVED_RETRY_AFTER_S) } });
+      }
       throw new ApiError('validation-failed', `The endpoint URL ${err.message}.`, { errors: [{ pointer: '/endpointUrl', detail: err.message }] });
     }
   }
