@@ -5,6 +5,7 @@
 // longer than the schedule's step is honoured.
 
 import anyTest, { type TestFn } from 'ava';
+import type { DispatchOptions } from '../actors/dispatcher.js';
 import { ActorHost } from '../actors/host.js';
 import { newId, partitionFor, partitionOf } from '../common/ids.js';
 import { newSigningSecret, verifyWebhook } from '../common/webhook-signature.js';
@@ -46,6 +47,19 @@ async function setup(t: { context: { host: ActorHost; r: Receiver } }, tenant: s
     secret: newSigningSecret(),
   };
   return ok<EndpointRecord>(t.context.host.handle(cmd));
+}
+
+/** An actor host of its own over a fresh directory, for a test that needs other webhook settings; `close` removes both. */
+async function ownHost(label: string, webhooks: DispatchOptions): Promise<{ host: ActorHost; close(): Promise<void> }> {
+  const dir = await tempDir(label);
+  const host = new ActorHost({ dataDir: dir, partitions: ALL, mailboxLimit: 100, log: silentLog(), webhooks });
+  return {
+    host,
+    async close() {
+      await host.close();
+      await removeDir(dir);
+    },
+  };
 }
 
 async function order(host: ActorHost, tenant: string): Promise<void> {
@@ -257,15 +271,9 @@ test('after a rotation the old secret signs until its overlap ends, then only th
 });
 
 test('deliveries held in memory for busy endpoints stay within the bound for all of them; the rest wait in LMDB and all are delivered', async (t) => {
-  const dir = await tempDir('webhook-held');
   // One in flight per endpoint, at most three held for all endpoints together.
-  const host = new ActorHost({
-    dataDir: dir,
-    partitions: ALL,
-    mailboxLimit: 100,
-    log: silentLog(),
-    webhooks: { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true, perEndpoint: 1, maxHandedOver: 3 },
-  });
+  const own = await ownHost('webhook-held', { retrySchedule: [1], timeoutMs: 2000, disableAfterMs: 3_600_000, allowPrivateTargets: true, perEndpoint: 1, maxHandedOver: 3 });
+  const host = own.host;
   const r = t.context.r;
   r.answer = () => ({ status: 200, delayMs: 40 });
   let most = 0;
@@ -285,22 +293,15 @@ test('deliveries held in memory for busy endpoints stay within the bound for all
     t.is(host.heldDeliveries, 0);
   } finally {
     clearInterval(sampling);
-    await host.close();
-    await removeDir(dir);
+    await own.close();
   }
 });
 
 test('many endpoints on one slow but healthy receiver: waiting for a connection is not the receiver\'s time; each delivery is made once, none times out', async (t) => {
-  const dir = await tempDir('webhook-origin-queue');
   // Two connections to the origin, 24 deliveries answered in 250 ms each: the last would wait
   // about 3 s for a connection, twice the timeout.
-  const host = new ActorHost({
-    dataDir: dir,
-    partitions: ALL,
-    mailboxLimit: 100,
-    log: silentLog(),
-    webhooks: { retrySchedule: [1, 1], timeoutMs: 1500, disableAfterMs: 3_600_000, allowPrivateTargets: true, socketsPerOrigin: 2 },
-  });
+  const own = await ownHost('webhook-origin-queue', { retrySchedule: [1, 1], timeoutMs: 1500, disableAfterMs: 3_600_000, allowPrivateTargets: true, socketsPerOrigin: 2 });
+  const host = own.host;
   const r = t.context.r;
   r.answer = () => ({ status: 200, delayMs: 250 });
   try {
@@ -319,7 +320,6 @@ test('many endpoints on one slow but healthy receiver: waiting for a connection 
     t.is(attempts.length, 24);
     t.is(r.got.length, 24, 'deliveries sent more than once');
   } finally {
-    await host.close();
-    await removeDir(dir);
+    await own.close();
   }
 });
