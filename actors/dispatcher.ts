@@ -1062,9 +1062,10 @@ export class Dispatcher {
 
   private async disable(endpoint: EndpointRecord, reason: string): Promise<void> {
     const partition = partitionFor(endpoint.tenant);
-    const cmd: Command = { kind: 'webhook.disable', tenant: endpoint.tenant, partition, id: endpoint.id, reason };
+    const cmd: Command = { kind: 'webhook.disable', tenant: endpoint.tenant, partition, id: endpoint.id, reason, version: endpoint.version };
     const result = this.host.owns(partition) ? await this.host.send(cmd) : await this.opts.remote?.send(cmd);
     if (!result?.ok) this.host.log.warn({ endpointId: endpoint.id, reason }, 'could not disable a webhook endpoint');
+    else if ((result.value as EndpointRecord).status !== 'disabled') this.host.log.info({ endpointId: endpoint.id, reason }, 'webhook endpoint changed since the attempt began; not disabled');
     else this.host.log.warn({ endpointId: endpoint.id, reason }, 'webhook endpoint disabled');
   }
 }

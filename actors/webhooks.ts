@@ -127,7 +127,10 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
       }
       case 'webhook.disable': {
         const e = existing(current, 'webhook endpoint');
-        if (e.status === 'disabled') return { next: current, reply: e };
+        // The verdict was reached on the record a delivery started with. Changed since (re-enabled
+        // while the delivery was in flight, or its URL changed), the endpoint is not the one
+        // judged: its next failure judges it again, on its clock from its re-enable.
+        if (e.status === 'disabled' || e.version !== cmd.version) return { next: current, reply: e };
         const next = bump(e, { status: 'disabled', disabledReason: cmd.reason }, now);
         return { next, reply: next };
       }

@@ -140,8 +140,11 @@ export type WebhookCommand =
   | (Base & Guarded & { kind: 'webhook.delete'; id: string })
   | (Base & Guarded & { kind: 'webhook.rotate'; id: string; secret: string; keepOldMs: number })
   | (Base & { kind: 'webhook.test'; id: string })
-  /** The dispatcher disables an endpoint (a 410, or failing too long). */
-  | (Base & { kind: 'webhook.disable'; id: string; reason: string })
+  /**
+   * The dispatcher disables an endpoint (a 410, or failing too long), judged on the endpoint as it
+   * was at `version`: a no-op once the endpoint has changed since.
+   */
+  | (Base & { kind: 'webhook.disable'; id: string; reason: string; version: number })
   | (Base & { kind: 'event.get'; id: string });
 
 export type WebhookQuery =

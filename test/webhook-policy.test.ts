@@ -323,3 +323,29 @@ test('many endpoints on one slow but healthy receiver: waiting for a connection 
     await own.close();
   }
 });
+
+test('an endpoint re-enabled while a failing delivery is in flight stays enabled: the verdict on the endpoint as it was does not disable it as it is', async (t) => {
+  const own = await ownHost('webhook-reenable-race', { retrySchedule: [1, 1, 1, 1], timeoutMs: 5000, disableAfterMs: 2000, allowPrivateTargets: true });
+  const host = own.host;
+  const r = t.context.r;
+  // Two quick 503s, a third held 1.5 s (its answer comes past the disable window), then 200s.
+  r.answer = (_g, n) => (n <= 2 ? { status: 503 } : n === 3 ? { status: 503, delayMs: 1500 } : { status: 200 });
+  try {
+    const tenant = 'policy-reenable-race';
+    const e = await ok<EndpointRecord>(host.handle(endpointCreate(tenant, r.url)));
+    const target = { tenant, partition: partitionFor(tenant), id: e.id };
+    await order(host, tenant);
+    await until('the third attempt under way', () => r.got.length === 3, 10_000);
+    // Meanwhile the tenant turns the endpoint off and on again.
+    await ok(host.handle({ kind: 'webhook.patch', ...target, ifMatch: undefined, patch: { status: 'disabled' } }));
+    await ok(host.handle({ kind: 'webhook.patch', ...target, ifMatch: undefined, patch: { status: 'enabled' } }));
+    await order(host, tenant);
+    // The endpoint's worker takes the next event only once the held attempt is settled, its
+    // verdict included.
+    await until('the next event delivered', () => r.got.length === 4, 10_000);
+    const now = await ok<EndpointRecord>(host.handle({ kind: 'webhook.get', ...target }));
+    t.is(now.status, 'enabled', `disabled again: ${String(now.disabledReason)}`);
+  } finally {
+    await own.close();
+  }
+});
