@@ -251,9 +251,13 @@ export class Dispatcher {
     clearTimeout(this.pumpTimer);
     clearTimeout(this.fullPassTimer);
     for (const w of this.workers.values()) clearTimeout(w.timer);
+    // Requests under way are cut off first: a receiver that never answers would otherwise hold
+    // shutdown for WEBHOOK_TIMEOUT_MS, past a supervisor's grace period. Each comes back
+    // `withdrawn`, so its delivery is stored pending with no attempt counted against the
+    // receiver, and is sent again after the restart (at least once: it may have arrived).
+    this.sender.close();
     // What settles meanwhile may queue more: an outcome's commit, then its event's outbox row.
     while (this.busy.size) await Promise.allSettled([...this.busy]);
-    this.sender.close();
     await this.signer.close();
   }
 
@@ -739,9 +743,10 @@ export class Dispatcher {
       if (d.version === 0) later(d, () => undefined);
     };
     const outcome = (s: State, d: DeliveryRecord, res: SendResult, eventAt: number): void => {
-      // The origin's connections were all busy: nothing reached the receiver, so nothing is
-      // held against it; its worker tries the delivery again shortly.
-      if (res.notSent) {
+      // Given up for a reason of ours (the origin's connections all busy, or shutting down):
+      // nothing is held against the receiver; the delivery is tried again shortly, or after
+      // the restart.
+      if (res.withdrawn) {
         s.retrying = true;
         later(d, (err) => finish(s, err));
         return;

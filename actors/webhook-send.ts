@@ -25,8 +25,11 @@ export interface SendResult {
   retryAfterMs: number | undefined;
   error: string | null;
   durationMs: number;
-  /** Nothing was sent: no connection to the origin came free in time (not the receiver's doing). */
-  notSent?: true;
+  /**
+   * The sender gave the request up for a reason of its own, not the receiver's: no connection to
+   * the origin came free in time (nothing was sent), or the sender closed (it may have been).
+   */
+  withdrawn?: true;
 }
 
 export interface SenderOptions {
@@ -58,6 +61,7 @@ export class WebhookSender {
   private readonly lookups = new Map<string, LookupFunction>();
   /** Pools past the bound whose requests were still under way when they went (agentFor). */
   private readonly retired = new Set<http.Agent>();
+  private closed = false;
 
   constructor(private readonly opts: SenderOptions) {}
 
@@ -71,14 +75,19 @@ export class WebhookSender {
    * `headers` is taken over (the content headers are added to it).
    */
   post(url: URL, addresses: Address[], headers: Record<string, string>, body: string, cb: (res: SendResult) => void): void {
+    if (this.closed) {
+      cb({ status: null, error: 'the sender is closed', retryAfterMs: undefined, durationMs: 0, withdrawn: true });
+      return;
+    }
     let started = performance.now();
     const target = this.targetOf(url);
     let settled = false;
-    const done = (status: number | null, error: string | null, retryAfterMs?: number, notSent?: true): void => {
+    const done = (status: number | null, error: string | null, retryAfterMs?: number, withdrawn?: true): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started), notSent });
+      // A request cut off by close() failed through no fault of the receiver's.
+      cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started), withdrawn: withdrawn ?? (this.closed && status === null ? true : undefined) });
     };
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(body));
@@ -123,7 +132,9 @@ export class WebhookSender {
     req.end(body);
   }
 
+  /** Cuts off every request under way (each answered `withdrawn`) and refuses new ones alike. */
   close(): void {
+    this.closed = true;
     for (const a of this.agents.values()) a.destroy();
     for (const a of this.retired) a.destroy();
     this.agents.clear();

@@ -1,13 +1,19 @@
 // At least once across SIGKILL (issue 5, CONTRACT §10): the real process (`node
 // dist/gateway/main.js`) fans 100 events out to 20 endpoints, is SIGKILLed in the middle of it,
 // and restarts on the same DATA_DIR. Every (endpoint, event) pair must then arrive, each event
-// with the id it was given when its write committed (the ids GET /v1/events lists).
+// with the id it was given when its write committed (the ids GET /v1/events lists). And across
+// a clean shutdown: a delivery to a receiver that never answers does not hold it up, and is made
+// after the restart.
 
 import anyTest, { type TestFn } from 'ava';
+import { ActorHost } from '../actors/host.js';
+import { newId, partitionOf } from '../common/ids.js';
+import { allPartitions } from '../common/partitions.js';
+import type { EndpointRecord } from '../proto/webhooks.js';
 import { HttpClient } from './helpers/client.js';
 import { exited, startChild, useChildren, type ChildContext, type Running } from './helpers/child-service.js';
-import { token } from './helpers/edge-kit.js';
-import { startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
+import { removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
+import { deliveries, endpointCreate, ok, startReceiver, until, WEBHOOK_SCOPES } from './helpers/webhook-kit.js';
 
 const test = anyTest as TestFn<ChildContext>;
 const SECRET = 'webhook-durability-secret-0123456789abcdef';
@@ -68,5 +74,45 @@ test.serial('SIGKILL mid-fan-out: after a restart every event reaches every endp
     await http.close();
     run.child.kill('SIGKILL');
     await r.close();
+  }
+});
+
+test.serial('a clean shutdown cuts off a delivery whose receiver never answers; it stays pending, counted as no attempt, and is made after the restart', async (t) => {
+  const dir = await tempDir('webhook-shutdown');
+  const r = await startReceiver();
+  // The first request is never answered (within the test); the next ones at once.
+  r.answer = (_g, n) => (n === 1 ? { status: 200, delayMs: 120_000 } : { status: 200 });
+  const open = (): ActorHost =>
+    new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 100, log: silentLog(), webhooks: { retrySchedule: [1], timeoutMs: 30_000, disableAfterMs: 3_600_000, allowPrivateTargets: true } });
+  let host = open();
+  try {
+    const tenant = 'durable-shutdown';
+    const e = await ok<EndpointRecord>(host.handle(endpointCreate(tenant, r.url)));
+    const id = newId('order');
+    await ok(host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+    await until('the delivery under way', () => r.got.length === 1);
+    const closing = Date.now();
+    await host.close();
+    const took = Date.now() - closing;
+    // WEBHOOK_TIMEOUT_MS is 30 s: far from it, whatever the machine's load.
+    t.true(took < 10_000, `close took ${took} ms`);
+
+    host = open();
+    await until('the delivery made after the restart', () => r.got.length === 2);
+    t.is(r.got[1]!.json.id, r.got[0]!.json.id, 'the same event, with its id');
+    let d: Awaited<ReturnType<typeof deliveries>>[number] | undefined;
+    await until('its outcome stored', async () => {
+      [d] = await deliveries(host, tenant, e.id);
+      return d?.status === 'delivered';
+    });
+    t.deepEqual(
+      d!.attempts.map((a) => [a.attempt, a.outcome]),
+      [[1, 'delivered']],
+      'the attempt cut off by the shutdown was counted',
+    );
+  } finally {
+    await host.close();
+    await r.close();
+    await removeDir(dir);
   }
 });

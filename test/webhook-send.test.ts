@@ -90,9 +90,9 @@ test('the deadline starts when a request has a connection; one that waits a whol
     t.is(a!.status, 200);
     // b waited 400 ms for a's connection, then was answered in 400: within its 700 ms.
     t.is(b!.status, 200, `b: ${String(b!.error)}`);
-    t.is(b!.notSent, undefined);
+    t.is(b!.withdrawn, undefined);
     // c would have waited 800 ms: given up before it reached the receiver.
-    t.deepEqual([c!.status, c!.notSent], [null, true]);
+    t.deepEqual([c!.status, c!.withdrawn], [null, true]);
     await delay(300);
     t.is(slow.requests, 2, 'the request given up was sent after all');
   } finally {
