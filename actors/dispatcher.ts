@@ -628,7 +628,7 @@ export class Dispatcher {
           }
           const endpoint = await this.endpoint(w.tenant, endpointId);
           if (!endpoint || endpoint.status !== 'enabled') {
-            await Promise.all(records.map((d) => this.settle(d, { attempt: d.attempts.length, at: now, outcome: 'failed', responseStatus: null, error: endpoint ? 'endpoint disabled' : 'endpoint deleted', durationMs: 0 }, undefined)));
+            await Promise.all(records.map((d) => this.settle(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: endpoint ? 'endpoint disabled' : 'endpoint deleted', durationMs: 0 }, undefined)));
             continue;
           }
           await this.attempt(endpoint, records);

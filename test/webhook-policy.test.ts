@@ -349,3 +349,25 @@ test('an endpoint re-enabled while a failing delivery is in flight stays enabled
     await own.close();
   }
 });
+
+test('a pending delivery closed because its endpoint was disabled records its next attempt number', async (t) => {
+  const { host, r } = t.context;
+  r.answer = () => ({ status: 503 });
+  const e = await setup(t, 'policy-closed-number');
+  const target = { tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id };
+  await order(host, e.tenant);
+  await until('a retry pending', async () => (await deliveries(host, e.tenant, e.id)).some((d) => d.status === 'pending' && d.attempts.length === 1));
+  await ok(host.handle({ kind: 'webhook.patch', ...target, ifMatch: undefined, patch: { status: 'disabled' } }));
+  let d: DeliveryRecord | undefined;
+  await until('the delivery closed', async () => {
+    [d] = await deliveries(host, e.tenant, e.id);
+    return d?.status === 'failed';
+  });
+  t.deepEqual(
+    d!.attempts.map((a) => [a.attempt, a.outcome, a.error]),
+    [
+      [1, 'retry', null],
+      [2, 'failed', 'endpoint disabled'],
+    ],
+  );
+});
