@@ -316,6 +316,26 @@ test('POST …/test sends a ping to that endpoint, with the id it answered', asy
   }
 });
 
+test('the test link is offered only while the endpoint is enabled, and following it then works', async (t) => {
+  const c = await t.context.api.as('wh-test-link', WEBHOOK_SCOPES);
+  const created = await c.post('/v1/webhook-endpoints', { endpointUrl: 'http://127.0.0.1:9/hook', eventTypes: ['order.paid'] });
+  t.is(created.status, 201);
+  const path = created.headers.location!;
+  t.deepEqual(created.json._links.test, { href: `${path}/test`, method: 'POST' });
+
+  const disabled = await c.patch(path, { status: 'disabled' });
+  t.is(disabled.status, 200);
+  t.false('test' in disabled.json._links, 'a disabled endpoint offers a ping it would refuse');
+  t.false('test' in (await c.get(path)).json._links);
+  t.false('test' in (await c.get('/v1/webhook-endpoints')).json.data[0]._links);
+  t.truthy(disabled.json._links.self);
+
+  const enabled = await c.patch(path, { status: 'enabled' });
+  const link = enabled.json._links.test as { href: string; method: string };
+  t.is(link.method, 'POST');
+  t.is((await c.post(link.href)).status, 202);
+});
+
 test('an endpoint with apiVersion v2 receives v2 data: money objects and /v2 links; a v1 endpoint the v1 shape of the same event', async (t) => {
   const c = await t.context.api.as('wh-v2', WEBHOOK_SCOPES);
   const r1 = await startReceiver();

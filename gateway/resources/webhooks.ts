@@ -93,6 +93,13 @@ const deliverySchema: JsonSchema = {
 
 function renderEndpoint(e: EndpointRecord): Record<string, unknown> {
   const self = `${BASE}/${e.id}`;
+  const links: Record<string, { href: string; method?: string }> = {
+    self: { href: self },
+    deliveries: { href: `${self}/deliveries` },
+    rotateSecret: { href: `${self}/rotate-secret`, method: 'POST' },
+  };
+  // Offered only while it can be followed: a ping to a disabled endpoint is 409 (actors/webhooks.ts).
+  if (e.status === 'enabled') links.test = { href: `${self}/test`, method: 'POST' };
   return {
     id: e.id,
     endpointUrl: e.endpointUrl,
@@ -103,12 +110,7 @@ function renderEndpoint(e: EndpointRecord): Record<string, unknown> {
     disabledReason: e.disabledReason,
     createdAt: iso(e.createdAt),
     updatedAt: iso(e.updatedAt),
-    _links: {
-      self: { href: self },
-      deliveries: { href: `${self}/deliveries` },
-      rotateSecret: { href: `${self}/rotate-secret`, method: 'POST' },
-      test: { href: `${self}/test`, method: 'POST' },
-    },
+    _links: links,
   };
 }
 
