@@ -641,6 +641,9 @@ export class Dispatcher {
       w.running = false;
     }
     if (retryIn !== undefined && !this.closing) {
+      // A timer set before (one a batch left running, then release() called this) is replaced,
+      // not left to fire beside the new one.
+      clearTimeout(w.timer);
       w.timer = setTimeout(() => this.wake(endpointId, w.tenant), Math.min(retryIn, 2 ** 31 - 1));
       w.timer.unref();
     } else if (!w.timer) {
