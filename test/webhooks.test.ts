@@ -74,6 +74,20 @@ test('endpoints: create shows the secret once, every answer is no-store, list/re
   t.is((await c.get(path)).status, 404);
 });
 
+test('an endpoint URL with spaces is refused (422), on create and on PATCH, and nothing is stored', async (t) => {
+  const c = await t.context.api.as('wh-spaces', WEBHOOK_SCOPES);
+  for (const endpointUrl of [' http://127.0.0.1:9/hook ', 'http://127.0.0.1:9/hook\n', 'http://127.0.0.1:9/a hook']) {
+    const res = await c.post('/v1/webhook-endpoints', { endpointUrl, eventTypes: ['*'] });
+    t.is(res.status, 422, JSON.stringify(endpointUrl));
+    t.is(res.json.errors[0].pointer, '/endpointUrl');
+  }
+  t.deepEqual((await c.get('/v1/webhook-endpoints')).json.data, []);
+  const created = await c.post('/v1/webhook-endpoints', { endpointUrl: 'http://127.0.0.1:9/hook', eventTypes: ['*'] });
+  const path = created.headers.location!;
+  t.is((await c.patch(path, { endpointUrl: ' http://127.0.0.1:9/other' })).status, 422);
+  t.is((await c.get(path)).json.endpointUrl, 'http://127.0.0.1:9/hook');
+});
+
 test('a delivery verifies with stripe, standardwebhooks and verifyWebhook, and carries the event', async (t) => {
   const { c, r, endpoint } = await setup(t, 'wh-verify');
   try {

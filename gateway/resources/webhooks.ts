@@ -165,6 +165,9 @@ export function webhookRoutes(opts: WebhookRouteOptions = {}): RouteDef[] {
   async function checkUrl(ctx: Ctx, raw: string): Promise<void> {
     const allow = ctx.config.webhookAllowPrivateTargets;
     try {
+      // URL parsing would drop surrounding spaces and encode inner ones, yet the URL is stored
+      // and shown as sent: refused, as Stripe refuses an invalid URL, rather than kept so.
+      if (/\s/.test(raw)) throw new TargetRefused('must not contain whitespace');
       await resolveTarget(parseTarget(raw, allow), resolver, allow);
     } catch (err) {
       if (!(err instanceof TargetRefused)) throw err;
