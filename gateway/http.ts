@@ -230,7 +230,12 @@ class Exchange {
     });
   }
 
-  /** Its answer is written (or cannot be): it is no longer under way. */
+  /** The server is draining: answers tell their clients to close, and are written out paced. */
+  get draining(): boolean {
+    return this.under.draining;
+  }
+
+  /** Its answer is out (or cannot be): it is no longer under way. */
   end(): void {
     if (this.done) return;
     this.done = true;
@@ -319,14 +324,15 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     const exchange = new Exchange(res, exchanges);
 
     // From a later turn: inside a cork of its own, unless the connection went away meanwhile.
-    // While the server drains, the answer closes its connection: the client sends no more on it.
     const send = (response: GatewayResponse, close = false): void => {
       if (exchange.aborted) return;
-      const closing = close || exchanges.draining;
+      let out = true;
       try {
-        res.cork(() => writeResponse(res, request.method, response, closing, !closing && !clientCloses, exchange));
+        res.cork(() => {
+          out = writeResponse(res, request.method, response, close, !close && !clientCloses, exchange);
+        });
       } finally {
-        exchange.end();
+        if (out) exchange.end();
       }
     };
     // Answered here, before the pipeline runs, but rendered by the one problem renderer so it
@@ -377,8 +383,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
         if (answersLater(request.method, answered)) return later(answered, false);
         // Still inside uWS's callback (the request's, or the body's last chunk's).
         try {
-          writeResponse(res, request.method, answered, false, !clientCloses, exchange);
-          exchange.end();
+          if (writeResponse(res, request.method, answered, false, !clientCloses, exchange)) exchange.end();
         } catch (err) {
           writeFailed(err);
         }
@@ -595,43 +600,55 @@ export class FixedLines {
 export const MAX_FIXED_BLOCKS = 64;
 const fixedLines = new FixedLines();
 
-function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, exchange: Exchange): void {
+/**
+ * Writes the answer: true once it is out, false while a paced body still waits for the socket
+ * (the exchange then ends when the rest is written, or its client goes away). While the server
+ * drains, an answer tells its client to close the connection (RFC 9112 §9.6), and its body is
+ * paced, so the stop waits for the last byte; the client, not the server, closes, so an answer
+ * without a body keeps its own framing (a HEAD its GET's length).
+ */
+function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, exchange: Exchange): boolean {
+  const draining = !close && exchange.draining;
   // uWS writes 200 OK itself when no status is given.
   if (r.status !== 200) res.writeStatus(statusLine(r.status));
-  writeHeaders(res, r.headers, keepAlive);
+  writeHeaders(res, r.headers, keepAlive && !draining);
+  if (draining) res.writeHeader('connection', 'close');
   // endWithoutBody() takes no length here: this uWS build mis-writes an explicit one.
   if (r.status === 204 || r.status === 304 || r.body === undefined) {
     res.endWithoutBody();
-    return;
+    return true;
   }
   // A short string goes to uWS as it is (at most 3 UTF-8 bytes a UTF-16 unit, so under the
   // small-body bound); copying it into a Buffer first would only add an allocation.
   if (typeof r.body === 'string' && r.body.length * 3 <= SMALL_BODY_BYTES && method !== 'HEAD') {
-    endBody(res, r.body, close, exchange);
-    return;
+    return endBody(res, r.body, close, draining, exchange);
   }
   if (method === 'HEAD' && close) {
     // A refusal that must close. This uWS build closes only through end() (endWithoutBody
     // takes no close flag here), which also writes Content-Length: 0 where the GET's length
     // belongs; closing wins: after a framing error the next request's start is unknown.
     res.end('', true);
-    return;
+    return true;
   }
   const body = typeof r.body === 'string' ? Buffer.from(r.body) : r.body;
   if (method === 'HEAD') {
     // RFC 9110 §9.3.2: the length the GET would have had, and no body.
     res.writeHeader('content-length', String(body.length));
     res.endWithoutBody();
-    return;
+    return true;
   }
-  endBody(res, body, close, exchange);
+  return endBody(res, body, close, draining, exchange);
 }
 
-/** Ends the answer with its body: closing, paced (a large body always, a small one when drawn), or at once. */
-function endBody(res: uWS.HttpResponse, body: string | Buffer, close: boolean, exchange: Exchange): void {
+/**
+ * Ends the answer with its body: closing, paced (a large body always, a small one when drawn,
+ * every one while draining), or at once. False while a paced body waits for the socket.
+ */
+function endBody(res: uWS.HttpResponse, body: string | Buffer, close: boolean, draining: boolean, exchange: Exchange): boolean {
   if (close) res.end(body, true);
-  else if ((typeof body !== 'string' && body.length > SMALL_BODY_BYTES) || paceNow()) endPaced(res, body, exchange);
+  else if (draining || (typeof body !== 'string' && body.length > SMALL_BODY_BYTES) || paceNow()) return endPaced(res, body, exchange);
   else res.end(body);
+  return true;
 }
 
 /**
@@ -659,17 +676,20 @@ const PACE_EVERY = 16;
  * back this way; past the caller's rate limit they are 429s, whose body holds them back (a
  * HEAD's waits a turn: answersLater).
  */
-function endPaced(res: uWS.HttpResponse, body: string | Buffer, exchange: Exchange): void {
+function endPaced(res: uWS.HttpResponse, body: string | Buffer, exchange: Exchange): boolean {
   const start = res.getWriteOffset();
   // A string's length in bytes is counted by uWS as it copies it (a total of 0 means "this").
   const [ok, done] = res.tryEnd(body, typeof body === 'string' ? 0 : body.length);
-  if (ok || done) return;
-  // Backpressure: resume from where the socket stopped, only when it can take more.
+  if (ok || done) return true;
+  // Backpressure: resume from where the socket stopped, only when it can take more. The exchange
+  // is under way until the last byte is out: a stop waits for it.
   exchange.watch();
   const bytes = typeof body === 'string' ? Buffer.from(body) : body;
   res.onWritable((offset) => {
     if (exchange.aborted) return true;
-    const [more] = res.tryEnd(bytes.subarray(offset - start), bytes.length);
+    const [more, finished] = res.tryEnd(bytes.subarray(offset - start), bytes.length);
+    if (finished) exchange.end();
     return more;
   });
+  return false;
 }
