@@ -97,7 +97,7 @@ export async function serveActorsOverNats(url: string, endpoint: ActorEndpoint, 
     opts.warn ?? log,
   );
   try {
-    await claimPartitions(nc, opts.store, nodeId, opts.partitions);
+    await claimPartitions(nc, opts.store, nodeId, opts.partitions, opts.warn ?? log);
   } catch (err) {
     await nc.close().catch(() => undefined);
     throw err;

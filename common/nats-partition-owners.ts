@@ -7,6 +7,7 @@
 // (ARCHITECTURE property 1: one owner per partition). So a node claims its partitions for its
 // store before it serves, and a claim on a partition recorded for another store stops it.
 
+import { setTimeout as sleep } from 'node:timers/promises';
 import { StringCodec, type KV, type NatsConnection } from 'nats';
 import { ConfigError } from './config.js';
 import { toRanges } from './partitions.js';
@@ -26,13 +27,22 @@ function spans(partitions: number[]): string {
     .join(',');
 }
 
+/** JetStream is off on this server: waiting cannot help, the server's settings must change. */
+function jetStreamOff(err: unknown): boolean {
+  return (err as { code?: string } | null)?.code === '503';
+}
+
+/** A create refused because the key holds a record already (JetStream's "wrong last sequence"). */
+function exists(err: unknown): boolean {
+  return (err as { api_error?: { err_code?: number } } | null)?.api_error?.err_code === 10071;
+}
+
 async function bucket(nc: NatsConnection): Promise<KV> {
   try {
     return await nc.jetstream().views.kv(PARTITION_OWNERS_BUCKET, { history: 1 });
   } catch (err) {
-    throw new ConfigError(
-      `cannot open the partition register in NATS JetStream (${err instanceof Error ? err.message : String(err)}): run nats-server with JetStream, as nats.conf does`,
-    );
+    if (jetStreamOff(err)) throw new ConfigError('NATS has no JetStream, which holds the record of which store serves each partition: run nats-server with JetStream, as nats.conf does');
+    throw err;
   }
 }
 
@@ -45,13 +55,38 @@ function ownerOf(value: Uint8Array): Owner | undefined {
   }
 }
 
+// Two new nodes claiming overlapping ranges at once may each take part of them: both give back
+// what they took and try again after a random pause, and one of them then takes them all.
+const RACE_ATTEMPTS = 5;
+const RACE_PAUSE_MS = 100;
+// JetStream without a leader or a quorum for a while (a NATS cluster restarting): the node waits.
+const UNAVAILABLE_PAUSE_MS = 2000;
+
 /**
  * Records `partitions` for `store` where no store holds them yet, and throws a ConfigError naming
- * the partitions recorded for another store (and the node that first served them). Those are
- * looked at first, so a node that stops claims nothing. Each record is created atomically: of two
- * new nodes racing for a partition the first wins, and the other stops.
+ * the partitions recorded for another store (and the node that first claimed them). Those are
+ * looked at first, so a node refused claims nothing. Each record is created atomically; a node
+ * that lost part of a race gives back what it took (RACE_ATTEMPTS). While JetStream cannot answer
+ * the node waits for it, as it waits for NATS, saying so through `warn`.
  */
-export async function claimPartitions(nc: NatsConnection, store: string, node: string, partitions: number[]): Promise<void> {
+export async function claimPartitions(nc: NatsConnection, store: string, node: string, partitions: number[], warn: (msg: string) => void = () => {}): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    let outcome: 'claimed' | 'raced';
+    try {
+      outcome = await claimOnce(nc, store, node, partitions, attempt === RACE_ATTEMPTS);
+    } catch (err) {
+      if (err instanceof ConfigError) throw err;
+      warn(`the partition record in NATS JetStream cannot be read (${err instanceof Error ? err.message : String(err)}); trying again in ${UNAVAILABLE_PAUSE_MS / 1000} s`);
+      await sleep(UNAVAILABLE_PAUSE_MS);
+      attempt--;
+      continue;
+    }
+    if (outcome === 'claimed') return;
+    await sleep(RACE_PAUSE_MS * (1 + 4 * Math.random()));
+  }
+}
+
+async function claimOnce(nc: NatsConnection, store: string, node: string, partitions: number[], last: boolean): Promise<'claimed' | 'raced'> {
   const kv = await bucket(nc);
   const recorded = async (p: number): Promise<Owner | undefined> => {
     const e = await kv.get(`p${p}`);
@@ -61,19 +96,25 @@ export async function claimPartitions(nc: NatsConnection, store: string, node: s
   const owners = await Promise.all(partitions.map(recorded));
   refuseOthers(store, partitions, owners);
   const mine = codec.encode(JSON.stringify({ store, node } satisfies Owner));
+  const taken: { key: string; revision: number }[] = [];
   const raced = await Promise.all(
     partitions.map(async (p, i) => {
       if (owners[i] !== undefined) return owners[i];
       try {
-        await kv.create(`p${p}`, mine);
+        taken.push({ key: `p${p}`, revision: await kv.create(`p${p}`, mine) });
         return undefined;
-      } catch {
+      } catch (err) {
+        if (!exists(err)) throw err;
         // Another node created it meanwhile: its record decides.
         return recorded(p);
       }
     }),
   );
-  refuseOthers(store, partitions, raced);
+  if (raced.every((o) => o === undefined || o.store === store)) return 'claimed';
+  // Only a record still as this attempt wrote it is given back.
+  await Promise.all(taken.map(({ key, revision }) => kv.delete(key, { previousSeq: revision }).catch(() => undefined)));
+  if (last) refuseOthers(store, partitions, raced);
+  return 'raced';
 }
 
 function refuseOthers(store: string, partitions: number[], owners: (Owner | undefined)[]): void {
@@ -84,9 +125,9 @@ function refuseOthers(store: string, partitions: number[], owners: (Owner | unde
     others.set(owner.node, [...(others.get(owner.node) ?? []), p]);
   });
   if (others.size === 0) return;
-  const held = [...others].map(([n, ps]) => `${spans(ps)} (first served by node ${n})`).join('; ');
+  const held = [...others].map(([n, ps]) => `${spans(ps)} (claimed by node ${n})`).join('; ');
   throw new ConfigError(
-    `partitions ${held} hold data of another store than this node's DATA_DIR: start the node whose DATA_DIR holds them, or give this node a disjoint ACTOR_PARTITIONS. If that data is lost for good, \`npm run release-partitions -- <ranges>\` lets another store serve them, empty`,
+    `partitions ${held} belong to another store than this node's DATA_DIR: start the node whose DATA_DIR holds them, or give this node a disjoint ACTOR_PARTITIONS. If that data is lost for good, \`npm run release-partitions -- <ranges>\` lets another store serve them, empty`,
   );
 }
 

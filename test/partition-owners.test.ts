@@ -9,6 +9,8 @@ import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import test from 'ava';
+import { connect } from 'nats';
+import { claimPartitions, releasePartitions } from '../common/nats-partition-owners.js';
 import { startActorNode } from './helpers/service.js';
 import { startNatsServer } from './helpers/nats-server.js';
 import { removeDir, tempDir } from './helpers/edge-kit.js';
@@ -39,7 +41,7 @@ test('a node whose DATA_DIR does not hold its partitions stops at start, while t
   const a = await startActorNode(nats.url, 'a', '0-127', dirs.a);
   const running = await refusedStart(nats.url, 'b', '100-140', dirs.b);
   t.is(running.code, 2, running.printed);
-  t.regex(running.printed, /partitions 100-127 \(first served by node a\) hold data of another store/);
+  t.regex(running.printed, /partitions 100-127 \(claimed by node a\) belong to another store/);
   // Partitions no one holds yet (128-140) were not claimed by the node that stopped.
   const fresh = await startActorNode(nats.url, 'c', '128-140', await tempDir('owners-c'));
   await fresh.stop();
@@ -48,7 +50,7 @@ test('a node whose DATA_DIR does not hold its partitions stops at start, while t
   await a.kill();
   const down = await refusedStart(nats.url, 'b', '0-10', dirs.b);
   t.is(down.code, 2, down.printed);
-  t.regex(down.printed, /first served by node a/);
+  t.regex(down.printed, /claimed by node a/);
 
   // The owner's own directory serves them again, under any node id; so does a copy of it.
   const back = await startActorNode(nats.url, 'a2', '0-127', dirs.a);
@@ -64,5 +66,28 @@ test('a node whose DATA_DIR does not hold its partitions stops at start, while t
   await adopted.stop();
   const original = await refusedStart(nats.url, 'a', '0-127', dirs.a);
   t.is(original.code, 2, 'the old store no longer holds what was released');
-  t.regex(original.printed, /partitions 0-10 \(first served by node b\)/);
+  t.regex(original.printed, /partitions 0-10 \(claimed by node b\)/);
+});
+
+test('of two new stores claiming the same partitions at once, one takes them all and the other is refused, taking none', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  // Two connections, as two nodes have: the server takes their creates side by side.
+  const [nc, other] = await Promise.all([connect({ servers: nats.url }), connect({ servers: nats.url })]);
+  t.teardown(() => Promise.all([nc.close(), other.close()]));
+  const all = Array.from({ length: 256 }, (_, i) => i);
+  for (let round = 0; round < 5; round++) {
+    // Started in one turn, the two claims' reads and creates interleave: each finds the
+    // partitions free, and, creating them from opposite ends, each may create some first.
+    const claims = await Promise.allSettled([claimPartitions(nc, `x${round}`, `x${round}`, all), claimPartitions(other, `y${round}`, `y${round}`, [...all].reverse())]);
+    const won = claims.findIndex((c) => c.status === 'fulfilled');
+    t.true(won >= 0, `round ${round}: ${claims.map((c) => (c.status === 'rejected' ? String(c.reason) : 'claimed')).join(' | ')}`);
+    const lost = claims[1 - won]!;
+    t.is(lost.status, 'rejected', `round ${round}`);
+    const winner = won === 0 ? `x${round}` : `y${round}`;
+    t.regex(String((lost as PromiseRejectedResult).reason), new RegExp(`partitions 0-255 \\(claimed by node ${winner}\\)`));
+    // Every record is the winner's: it claims them all again, the loser none.
+    await claimPartitions(nc, winner, winner, all);
+    t.is(await releasePartitions(nc, all), 256);
+  }
 });
