@@ -86,7 +86,7 @@ export function openApiDocument(routes: readonly RouteDef[], prefix: string): Re
     // What every operation may answer, whatever it declares: a query parameter it does not take
     // or a repeated one is 400 (gateway/pipeline.ts parseQuery), an Accept it cannot meet 406.
     responses['400'] ??= problem('The request is malformed: an unknown or repeated query parameter, or a value out of its range (problem+json).');
-    responses['406'] ??= problem('None of the media types in Accept can be served: application/json, application/hal+json (problem+json).');
+    responses['406'] ??= problem(`None of the media types in Accept can be served: ${(r.produces ?? ['application/json', 'application/hal+json']).join(', ')} (problem+json).`);
     if (r.method === 'GET') {
       // Every read carries a strong ETag and answers If-None-Match (gateway/representation.ts).
       responses['304'] ??= { description: 'Not modified: a tag in If-None-Match is current. No body.' };

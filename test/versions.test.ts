@@ -245,6 +245,9 @@ test('the OpenAPI documents name the 400, 406, 304 and 412 every operation may a
   const auth = { authorization: `Bearer ${t.context.tok}` };
   for (const version of ['v1', 'v2']) {
     const doc = j(await t.context.call({ method: 'GET', path: `/${version}/openapi.json` }));
+    // A route's 406 names what that route serves.
+    t.regex(doc.paths[`/${version}/openapi.json`].get.responses['406'].description, /application\/vnd\.oai\.openapi\+json/);
+    t.notRegex(doc.paths[`/${version}/openapi.json`].get.responses['406'].description, /hal\+json/);
     for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, unknown> }>>)) {
       for (const [method, op] of Object.entries(ops)) {
         const expected = method === 'get' ? ['400', '406', '304', '412'] : ['400', '406'];
