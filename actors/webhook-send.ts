@@ -61,6 +61,12 @@ export class WebhookSender {
   private readonly lookups = new Map<string, LookupFunction>();
   /** Pools past the bound whose requests were still under way when they went (agentFor). */
   private readonly retired = new Set<http.Agent>();
+  /**
+   * Requests not yet settled, with the way to settle each: close() answers them itself, since a
+   * request still queued in a pool would otherwise be sent on a new connection once the pool's
+   * destroyed sockets close, and hold close() for a whole timeout.
+   */
+  private readonly live = new Map<http.ClientRequest, (status: null, error: string, retryAfterMs: undefined, withdrawn: true) => void>();
   private closed = false;
 
   constructor(private readonly opts: SenderOptions) {}
@@ -86,6 +92,7 @@ export class WebhookSender {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      this.live.delete(req);
       // A request cut off by close() failed through no fault of the receiver's.
       cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started), withdrawn: withdrawn ?? (this.closed && status === null ? true : undefined) });
     };
@@ -93,6 +100,7 @@ export class WebhookSender {
     headers['content-length'] = String(Buffer.byteLength(body));
     headers['user-agent'] = 'orders-api-webhooks/1';
     const req = target.module.request({ ...target.options, agent: this.agentFor(target.origin, url.protocol), lookup: this.lookupOf(addresses), headers });
+    this.live.set(req, done);
     // Past SOCKETS_PER_ORIGIN a request waits in the pool for a connection to come free. That
     // wait is ours, not the receiver's: charged to WEBHOOK_TIMEOUT_MS, a receiver answering well
     // within it timed out behind the origin's other deliveries, and each was sent again. So the
@@ -132,11 +140,22 @@ export class WebhookSender {
     req.end(body);
   }
 
-  /** Cuts off every request under way (each answered `withdrawn`) and refuses new ones alike. */
+  /** Cuts off every request under way or queued (each answered `withdrawn`) and refuses new ones alike. */
   close(): void {
     this.closed = true;
-    for (const a of this.agents.values()) a.destroy();
-    for (const a of this.retired) a.destroy();
+    for (const [req, done] of [...this.live]) {
+      done(null, 'the sender is closed', undefined, true);
+      req.destroy();
+    }
+    // A destroyed request stays in its pool's queue, and a pool whose socket closes opens a new
+    // connection for the first request queued, destroyed or not: emptied first, none is left.
+    for (const a of [...this.agents.values(), ...this.retired]) {
+      // Removed, not just emptied: the pool still reads an empty queue's first request, and
+      // throws on the one that is not there.
+      const queues = a.requests as NodeJS.Dict<http.ClientRequest[]>;
+      for (const name of Object.keys(queues)) delete queues[name];
+      a.destroy();
+    }
     this.agents.clear();
     this.retired.clear();
   }

@@ -1,7 +1,8 @@
 // The sender's keep-alive pools (actors/webhook-send.ts), over real sockets to local receivers:
 // past its bound of pools, the one used longest ago goes, and a request it carries still ends
 // with its answer, never reset, its socket closing once that answer is in. Past its bound of
-// connections to an origin, a request's wait for one is not counted against the receiver.
+// connections to an origin, a request's wait for one is not counted against the receiver. Closing
+// the sender settles every request at once, queued ones too, and sends none of them later.
 
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -21,7 +22,8 @@ async function receiver(answerAfterMs: number): Promise<Receiver> {
   const server = http.createServer((req, res) => {
     r.requests++;
     req.resume();
-    req.on('end', () => setTimeout(() => res.end('ok'), answerAfterMs));
+    // Infinity: a receiver that never answers.
+    if (answerAfterMs !== Infinity) req.on('end', () => setTimeout(() => res.end('ok'), answerAfterMs));
   });
   const r: Receiver = { url: new URL('http://127.0.0.1'), connections: 0, open: 0, requests: 0, close: () => new Promise((done) => server.close(() => done())) };
   server.on('connection', (socket) => {
@@ -98,5 +100,31 @@ test('the deadline starts when a request has a connection; one that waits a whol
   } finally {
     sender.close();
     await slow.close();
+  }
+});
+
+test('closing the sender settles every request at once, queued ones too, and sends none of them afterwards', async (t) => {
+  const silent = await receiver(Infinity);
+  const sender = new WebhookSender({ timeoutMs: 3_000, socketsPerOrigin: 1 });
+  try {
+    const closing = { at: 0 };
+    const settled = [1, 2, 3].map(() => sender.send(silent.url, LOOPBACK, {}, '{}').then((res) => ({ res, afterCloseMs: Date.now() - closing.at })));
+    await delay(200);
+    const seen = { connections: silent.connections, requests: silent.requests };
+    t.deepEqual(seen, { connections: 1, requests: 1 }, 'one connection to the origin, its other requests queued');
+    closing.at = Date.now();
+    sender.close();
+    for (const { res, afterCloseMs } of await Promise.all(settled)) {
+      t.deepEqual([res.status, res.withdrawn], [null, true], String(res.error));
+      // Well under the 3 s timeout: close() does not wait on a request it cut off.
+      t.true(afterCloseMs < 500, `settled ${afterCloseMs} ms after close()`);
+    }
+    await delay(300);
+    t.deepEqual({ connections: silent.connections, requests: silent.requests }, seen, 'a queued request was sent after close()');
+    const late = await sender.send(silent.url, LOOPBACK, {}, '{}');
+    t.deepEqual([late.status, late.withdrawn], [null, true]);
+  } finally {
+    sender.close();
+    await silent.close();
   }
 });
