@@ -15,8 +15,8 @@ const USAGE = `usage: npm run admin -- <command> [options]
   usage     [--route "GET /v1/orders/{orderId}"] [--since 2026-05-01] [--top 10]
   deprecate --path /v1/orders/{orderId} [--method GET] [--at <RFC 3339>] [--successor /v2/orders/{orderId}] [--guide /docs/migration-v1-v2]
   sunset    --path ... --at <RFC 3339>
-  brownout  --path ... --start <RFC 3339> --end <RFC 3339> [--successor ...]   (a successor is required, here or already set)
-  retire    --path ... [--successor ...]                                        (likewise)
+  brownout  --path ... --start <RFC 3339> --end <RFC 3339> [--successor ...]   (a window not yet over needs a successor, here or already set)
+  retire    --path ... [--successor ...]                                        (a successor is required, here or already set)
   activate  --path ...
 options: --address host:port (default ADMIN_GRPC_HOST:ADMIN_GRPC_PORT), --token <JWT with the admin scope>
 `;

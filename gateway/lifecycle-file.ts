@@ -1,4 +1,5 @@
-// DEPRECATIONS_FILE: read at start (a bad file stops the process, naming the entry and field),
+// DEPRECATIONS_FILE: read at start (a bad file stops the process, naming the entry and field;
+// an entry answering 410 without a successor is taken with a warning),
 // polled for changes afterwards (a bad new file is refused with a log line and the previous
 // entries stay), and rewritten atomically when the operator plane changes an entry, so every
 // other gateway watching the same file picks the change up.
@@ -114,13 +115,17 @@ export class LifecycleFile {
     } catch (err) {
       throw new LifecycleError(`DEPRECATIONS_FILE ${this.path} is not valid JSON: ${(err as Error).message}`);
     }
+    let unnamed: string[];
     try {
-      this.registry.replace(raw);
+      unnamed = this.registry.replace(raw);
     } catch (err) {
       if (err instanceof LifecycleError) throw new LifecycleError(`DEPRECATIONS_FILE ${this.path}: ${err.message}`);
       throw err;
     }
     this.lastText = text;
+    // Taken, not refused: the operator plane of earlier releases wrote such entries, and a file
+    // the previous release ran with must not stop this one. Their 410s name no successor.
+    if (unnamed.length > 0) this.log.warn({ file: this.path, entries: unnamed }, 'lifecycle entries answer 410 without naming a successor; give each a successor');
   }
 }
 

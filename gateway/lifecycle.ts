@@ -121,8 +121,8 @@ export function parseEntries(raw: unknown, routes: readonly RouteDef[]): Lifecyc
       // The documents a client finds the API, the schedule and the migration guide through must
       // keep answering, or the 410s would point at pages that answer 410 too.
       if (SIGNPOSTS.has(known.get(`${o.method} ${o.path}`)?.tag ?? '')) throw new LifecycleError(`${where}: the discovery documents and the schedule may be deprecated, never retired or browned out`);
-      // A 410 names the successor (SPEC §3.4, §7.2; CONTRACT §9): without one it leaves callers nowhere to go.
-      if (o.successor === undefined) throw new LifecycleError(`${where}: successor is required with ${answersGone}, which answer 410 naming it`);
+      // A missing successor is not refused here: files written before it was required hold
+      // such entries, and refusing them stopped the gateway. See unnamedSuccessor.
     }
     if (o.brownouts !== undefined) {
       if (!Array.isArray(o.brownouts) || o.brownouts.length > MAX_BROWNOUTS) throw new LifecycleError(`${where}: brownouts must be an array of at most ${MAX_BROWNOUTS} { start, end } windows`);
@@ -141,6 +141,17 @@ export function parseEntries(raw: unknown, routes: readonly RouteDef[]): Lifecyc
     if (o.brownouts !== undefined) entry.brownouts = (o.brownouts as Brownout[]).map((b) => ({ start: b.start, end: b.end }));
     return entry;
   });
+}
+
+/**
+ * Why the entry needs a successor it does not name: a 410 names the successor (SPEC §3.4, §7.2;
+ * CONTRACT §9), and without one leaves callers nowhere to go. Only a retired entry or one with a
+ * brownout window not yet over answers 410; a window that has ended needs none.
+ */
+export function unnamedSuccessor(entry: LifecycleEntry, now: number): string | undefined {
+  if (entry.successor !== undefined) return undefined;
+  if (entry.state === 'retired') return 'state retired';
+  return entry.brownouts?.some((b) => Date.parse(b.end) > now) ? 'brownouts' : undefined;
 }
 
 /** An entry ready for the hot path. */
@@ -232,9 +243,23 @@ export class LifecycleRegistry {
     this.usage = usage;
   }
 
-  /** Validates and swaps in a whole new set of entries; throws LifecycleError and keeps the old set. */
-  replace(raw: unknown): void {
+  /**
+   * Validates and swaps in a whole new set of entries; throws LifecycleError and keeps the old set.
+   * `changed` (`METHOD path`) is an entry being changed now, which must name its successor when
+   * it answers 410; any other entry that does not is taken (an older file may hold it) and
+   * returned, `METHOD path: why`, for the caller to warn about.
+   */
+  replace(raw: unknown, changed?: string): string[] {
     const entries = parseEntries(raw, this.routes);
+    const now = this.now();
+    const unnamed: string[] = [];
+    entries.forEach((e, i) => {
+      const why = unnamedSuccessor(e, now);
+      if (!why) return;
+      const key = `${e.method} ${e.path}`;
+      if (key === changed) throw new LifecycleError(`entry ${i} (${key}): successor is required with ${why}, which answer 410 naming it`);
+      unnamed.push(`${key}: ${why}`);
+    });
     const byKey = new Map(entries.map((e) => [`${e.method} ${e.path}`, compile(e)]));
     const byRoute = new Map<RouteDef, Compiled>();
     for (const r of this.routes) {
@@ -244,6 +269,7 @@ export class LifecycleRegistry {
     this.byRoute = byRoute;
     this.current = entries;
     this.version++;
+    return unnamed;
   }
 
   entries(): LifecycleEntry[] {

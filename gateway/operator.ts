@@ -164,7 +164,9 @@ export async function startOperator(deps: OperatorDeps, host: string, port: numb
   const change = (registry: LifecycleRegistry, file: LifecycleFile | undefined, req: ChangeRequest): ReturnType<typeof listed> => {
     const before = registry.entries();
     const next = changed(before, req, registry.now());
-    registry.replace(next); // a LifecycleError here is INVALID_ARGUMENT, and nothing changed
+    // A LifecycleError here is INVALID_ARGUMENT, and nothing changed. The entry changed must name
+    // its successor if it answers 410; others an older file left without one are let be.
+    registry.replace(next, `${(req.method || 'GET').toUpperCase()} ${req.path}`);
     let persisted = false;
     if (file) {
       try {

@@ -288,11 +288,25 @@ test('bad entries are refused with a message naming the entry and the field', (t
   t.regex(refused([{ ...entry(), sunset: SUNSET_AT }]), /unknown field 'sunset'/);
 });
 
-test('a retired route, or one with brownouts, must name its successor: the 410 points there', (t) => {
-  t.regex(refused([entry({ state: 'retired', successor: undefined })]), /entry 0 \(GET \/v1\/orders\/\{orderId\}\): successor is required with state retired/);
+test('a retired route, or one with a brownout to come, must name its successor when changed: the 410 points there', (t) => {
+  const registry = new LifecycleRegistry(() => T0);
+  registry.bind(routes);
+  const KEY = 'GET /v1/orders/{orderId}';
+  const changing = (e: LifecycleEntry): string => t.throws(() => registry.replace([e], KEY), { instanceOf: LifecycleError })!.message;
+  t.regex(changing(entry({ state: 'retired', successor: undefined })), /entry 0 \(GET \/v1\/orders\/\{orderId\}\): successor is required with state retired/);
   const window = { start: '2026-04-01T00:00:00Z', end: '2026-04-01T01:00:00Z' };
-  t.regex(refused([entry({ state: 'sunsetting', sunsetAt: SUNSET_AT, brownouts: [window], successor: undefined })]), /successor is required with brownouts/);
-  t.notThrows(() => parseEntries([entry({ successor: undefined }), entry({ path: '/v1/orders', state: 'sunsetting', sunsetAt: SUNSET_AT, successor: undefined, brownouts: [] })], routes), 'deprecated and sunsetting need none');
+  t.regex(changing(entry({ state: 'sunsetting', sunsetAt: SUNSET_AT, brownouts: [window], successor: undefined })), /successor is required with brownouts/);
+  t.deepEqual(registry.entries(), [], 'a refused change changed nothing');
+  // A window over before now answers no 410: it needs no successor.
+  const over = { start: '2026-02-01T00:00:00Z', end: '2026-02-01T01:00:00Z' };
+  t.deepEqual(registry.replace([entry({ successor: undefined, brownouts: [over] })], KEY), []);
+  t.deepEqual(registry.replace([entry({ successor: undefined }), entry({ path: '/v1/orders', state: 'sunsetting', sunsetAt: SUNSET_AT, successor: undefined, brownouts: [] })], KEY), [], 'deprecated and sunsetting need none');
+  // Entries not being changed (a file an earlier release wrote) are taken, and named back to warn about.
+  t.deepEqual(registry.replace([entry({ state: 'retired', successor: undefined }), entry({ method: 'DELETE', state: 'sunsetting', sunsetAt: SUNSET_AT, successor: undefined, brownouts: [window] })]), [
+    'GET /v1/orders/{orderId}: state retired',
+    'DELETE /v1/orders/{orderId}: brownouts',
+  ]);
+  t.is(registry.entries().length, 2);
 });
 
 test('the discovery documents and the schedule may be deprecated but never retired or browned out', (t) => {
@@ -324,6 +338,31 @@ test('a bad DEPRECATIONS_FILE stops the service at start, naming the entry and f
     await t.throwsAsync(startService(config, silentLog()), { message: /is not valid JSON/ });
     const missing = loadConfig({ PORT: '0', DATA_DIR: join(dir, 'data'), AUTH_JWT_SECRET: SECRET, DEPRECATIONS_FILE: join(dir, 'none.json') });
     await t.throwsAsync(startService(missing, silentLog()), { message: /does not exist/ });
+  } finally {
+    await removeDir(dir);
+  }
+});
+
+test('a DEPRECATIONS_FILE an earlier release wrote, with entries answering 410 but naming no successor, starts the service with a warning', async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'lifecycle-legacy-'));
+  const lines: string[] = [];
+  try {
+    const file = join(dir, 'deprecations.json');
+    await writeFile(
+      file,
+      '[{"method":"GET","path":"/v1/orders","state":"deprecated","deprecatedAt":"2026-01-01T00:00:00Z","brownouts":[{"start":"2026-02-01T00:00:00Z","end":"2026-02-01T01:00:00Z"}]},' +
+        '{"method":"DELETE","path":"/v1/orders/{orderId}","state":"retired","deprecatedAt":"2026-01-01T00:00:00Z"}]',
+    );
+    const config = loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: join(dir, 'data'), AUTH_JWT_SECRET: SECRET, DEPRECATIONS_FILE: file });
+    const service = await startService(config, capturingLog(lines));
+    try {
+      t.deepEqual(service.lifecycle.entries().map((e) => `${e.method} ${e.path} ${e.state}`), ['GET /v1/orders deprecated', 'DELETE /v1/orders/{orderId} retired']);
+      const warned = lines.map((l) => JSON.parse(l) as { level: number; msg: string; entries?: string[] }).filter((l) => l.msg.includes('without naming a successor'));
+      // Only the retired entry answers 410: the brownout ended long ago.
+      t.deepEqual(warned.map((l) => [l.level, l.entries]), [[40, ['DELETE /v1/orders/{orderId}: state retired']]]);
+    } finally {
+      await service.close();
+    }
   } finally {
     await removeDir(dir);
   }

@@ -194,6 +194,31 @@ test.serial('lifecycle changes apply at once, are written back to the file, and 
   }
 });
 
+test.serial('entries an earlier release wrote without a successor stay and block no other change; a change to one must name it', async (t) => {
+  const { admin, file } = t.context;
+  const client = operatorAt(t.context.address);
+  try {
+    await writeFile(
+      file,
+      '[{"method":"GET","path":"/v1/orders","state":"deprecated","deprecatedAt":"2026-01-01T00:00:00Z","brownouts":[{"start":"2026-02-01T00:00:00Z","end":"2026-02-01T01:00:00Z"}]},' +
+        '{"method":"DELETE","path":"/v1/orders/{orderId}","state":"retired","deprecatedAt":"2026-01-01T00:00:00Z"}]',
+    );
+    // A change reads the file first: the older entries come along and are kept.
+    const changed = await unary(client, 'changeLifecycle', { action: 'DEPRECATE', method: 'GET', path: ROUTE, successor: '/v2/orders/{orderId}' }, admin);
+    t.deepEqual(changed.entries.map((e: { method: string; path: string; state: string }) => `${e.method} ${e.path} ${e.state}`).sort(), ['DELETE /v1/orders/{orderId} retired', 'GET /v1/orders deprecated', `GET ${ROUTE} deprecated`]);
+    // A window already over answers no 410, so needs no successor.
+    const over = await unary(client, 'changeLifecycle', { action: 'BROWNOUT', method: 'GET', path: '/v1/orders', start: '2026-03-01T00:00:00Z', end: '2026-03-01T01:00:00Z' }, admin);
+    t.is(over.entries.find((e: { path: string }) => e.path === '/v1/orders').brownouts.length, 2);
+    const retired = await status(client, 'changeLifecycle', { action: 'RETIRE', method: 'DELETE', path: ROUTE }, admin);
+    t.is(retired.code, grpc.status.INVALID_ARGUMENT);
+    t.regex(retired.details, /\(DELETE \/v1\/orders\/\{orderId\}\): successor is required with state retired/);
+    for (const [method, path] of [['GET', '/v1/orders'], ['DELETE', ROUTE], ['GET', ROUTE]]) await unary(client, 'changeLifecycle', { action: 'ACTIVATE', method, path }, admin);
+    t.deepEqual(JSON.parse(await readFile(file, 'utf8')), []);
+  } finally {
+    client.close();
+  }
+});
+
 interface Run {
   code: number;
   stdout: string;
