@@ -129,8 +129,10 @@ export const endpointActor: ActorDef<EndpointRecord, EndpointCommand> = {
         const e = existing(current, 'webhook endpoint');
         // The verdict was reached on the record a delivery started with. Changed since (re-enabled
         // while the delivery was in flight, or its URL changed), the endpoint is not the one
-        // judged: its next failure judges it again, on its clock from its re-enable.
-        if (e.status === 'disabled' || e.version !== cmd.version) return { next: current, reply: e };
+        // judged: its next failure judges it again, on its clock from its re-enable. A command from
+        // a node not yet upgraded carries no version: it is taken as about the endpoint as it is,
+        // or a rolling upgrade would leave endpoints those nodes judge never disabled.
+        if (e.status === 'disabled' || (cmd.version !== undefined && e.version !== cmd.version)) return { next: current, reply: e };
         const next = bump(e, { status: 'disabled', disabledReason: cmd.reason }, now);
         return { next, reply: next };
       }

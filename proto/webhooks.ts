@@ -142,9 +142,10 @@ export type WebhookCommand =
   | (Base & { kind: 'webhook.test'; id: string })
   /**
    * The dispatcher disables an endpoint (a 410, or failing too long), judged on the endpoint as it
-   * was at `version`: a no-op once the endpoint has changed since.
+   * was at `version`: a no-op once the endpoint has changed since. Older senders send no
+   * version (mixed-version clusters in a rolling upgrade); then the endpoint is disabled as it is.
    */
-  | (Base & { kind: 'webhook.disable'; id: string; reason: string; version: number })
+  | (Base & { kind: 'webhook.disable'; id: string; reason: string; version?: number })
   | (Base & { kind: 'event.get'; id: string });
 
 export type WebhookQuery =

@@ -371,3 +371,15 @@ test('a pending delivery closed because its endpoint was disabled records its ne
     ],
   );
 });
+
+test('a disable without a version (from a node not yet upgraded) disables the endpoint; one judged on an older version does not', async (t) => {
+  const { host } = t.context;
+  const e = await setup(t, 'policy-unversioned');
+  const at = { tenant: e.tenant, partition: partitionFor(e.tenant), id: e.id };
+  const stale = await ok<EndpointRecord>(host.handle({ kind: 'webhook.disable', ...at, reason: 'failing', version: e.version - 1 }));
+  t.is(stale.status, 'enabled', 'a verdict on the endpoint as it was disabled it as it is');
+  const old = await ok<EndpointRecord>(host.handle({ kind: 'webhook.disable', ...at, reason: 'failing' }));
+  t.is(old.status, 'disabled', 'a disable without a version was ignored');
+  t.is(old.disabledReason, 'failing');
+  t.is((await ok<EndpointRecord>(host.handle({ kind: 'webhook.get', ...at }))).status, 'disabled');
+});
