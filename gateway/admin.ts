@@ -7,7 +7,7 @@ import { loadConfig } from '../common/config.js';
 import { jwtSecret } from '../common/secret.js';
 import { mintToken } from './auth.js';
 import { parseCommandLine, usageError as fail } from '../common/cli.js';
-import { ADMIN_SCOPE, loadProtos } from './operator.js';
+import { ADMIN_SCOPE, loadProtos, operatorAddress } from './operator.js';
 
 const USAGE = `usage: npm run admin -- <command> [options]
   status                                   role, partitions owned, uptime
@@ -73,7 +73,7 @@ else if (command === 'usage') {
 }
 
 const config = loadConfig();
-const address = values.address ?? (config.adminGrpcPort ? `${config.adminGrpcHost}:${config.adminGrpcPort}` : undefined);
+const address = values.address ?? operatorAddress(config);
 if (!address) usageError('set ADMIN_GRPC_PORT (as the service has it) or pass --address host:port');
 const token = values.token ?? process.env.ADMIN_TOKEN ?? (await mintToken(jwtSecret(config.jwtSecret, config.dataDir), { sub: 'admin-cli', scope: ADMIN_SCOPE }, '5m'));
 

@@ -9,6 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { authorityOf, type Config } from '../common/config.js';
 import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
 import { toRanges } from '../common/partitions.js';
@@ -20,6 +21,14 @@ import type { RouteUsage } from './usage.js';
 
 export const ADMIN_SCOPE = 'admin';
 export const OPERATOR_SERVICE = 'orders.operator.v1.Operator';
+
+/**
+ * The address `npm run admin` calls unless told another: the node's ADMIN_GRPC_HOST and port.
+ * The host is kept without brackets, so an IPv6 one gets them here, or `::1:9090` names no port.
+ */
+export function operatorAddress(config: Pick<Config, 'adminGrpcHost' | 'adminGrpcPort'>): string | undefined {
+  return config.adminGrpcPort ? authorityOf(config.adminGrpcHost, config.adminGrpcPort) : undefined;
+}
 
 // dist/gateway/operator.js → the project root is two levels up; the .proto files are not compiled.
 const PROTO_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'proto');

@@ -11,7 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
 import { Authenticator } from '../gateway/auth.js';
-import { loadProtos, startOperator } from '../gateway/operator.js';
+import { loadConfig } from '../common/config.js';
+import { loadProtos, operatorAddress, startOperator } from '../gateway/operator.js';
 import { Caller, HttpClient, mintToken, type Claims } from './helpers/client.js';
 import { ROOT, removeDir, silentLog } from './helpers/edge-kit.js';
 import { startCluster, startEmbedded, type RunningService } from './helpers/service.js';
@@ -79,6 +80,15 @@ test.after.always(async (t) => {
   await Promise.all(https.map((h) => h.close()));
   await t.context.service?.close();
   await removeDir(t.context.dir);
+});
+
+test('npm run admin calls ADMIN_GRPC_HOST and ADMIN_GRPC_PORT by default, an IPv6 host in brackets', (t) => {
+  const at = (host: string): string | undefined => operatorAddress(loadConfig({ ADMIN_GRPC_HOST: host, ADMIN_GRPC_PORT: '9090' }));
+  t.is(at('[::1]'), '[::1]:9090');
+  t.is(at('::1'), '[::1]:9090');
+  t.is(at('127.0.0.1'), '127.0.0.1:9090');
+  t.is(at('localhost'), 'localhost:9090');
+  t.is(operatorAddress(loadConfig({})), undefined, 'no ADMIN_GRPC_PORT: no address to call');
 });
 
 test.serial('grpc.health.v1.Health answers Check and Watch', async (t) => {
