@@ -2,6 +2,7 @@
 // options parsed with node:util, and a usage error (exit 2, no stack) for anything it refuses.
 
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { ConfigError } from './config.js';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 
@@ -26,5 +27,16 @@ export function parseCommandLine<T extends ParseArgsConfig>(config: T, usage: st
     return parseArgs(config);
   } catch (err) {
     usageError(usage, err instanceof Error ? err.message : String(err));
+  }
+}
+
+/** `read()`, with a ConfigError printed as the service prints it (no stack) and exit 2. */
+export function configured<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`configuration error: ${err.message}\n`);
+    process.exit(2);
   }
 }

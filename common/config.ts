@@ -75,7 +75,7 @@ function address(env: Env, name: string): string {
 }
 
 // RFC 7518 §3.2: an HS256 key must be at least as long as the hash output, 256 bits.
-const MIN_SECRET_BYTES = 32;
+export const MIN_SECRET_BYTES = 32;
 
 /** AUTH_JWT_SECRET, checked for length and never echoed: a short HS256 key can be guessed offline from one token. */
 function jwtSecret(env: Env): string | undefined {

@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Buffer } from 'node:buffer';
+import { ConfigError, MIN_SECRET_BYTES } from './config.js';
 
 /**
  * The JWT secret: AUTH_JWT_SECRET, or in embedded mode one generated once into DATA_DIR and
@@ -10,17 +12,34 @@ export function jwtSecret(configured: string | undefined, dataDir: string): stri
   if (configured) return configured;
   const file = join(dataDir, 'jwt-secret');
   try {
-    return readFileSync(file, 'utf8').trim();
+    return checked(file, readFileSync(file, 'utf8').trim());
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
   mkdirSync(dataDir, { recursive: true });
   const secret = randomBytes(32).toString('base64url');
-  // 'wx': if two processes race, one write fails and both read the winner's secret.
+  // Written whole beside it and linked in place: a process racing this one finds no file or the
+  // whole secret, never an empty one (now refused as too short). A failed link (EEXIST) means
+  // another process won; both use its secret.
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, `${secret}\n`, { mode: 0o600 });
   try {
-    writeFileSync(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
+    linkSync(tmp, file);
     return secret;
-  } catch {
-    return readFileSync(file, 'utf8').trim();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    return checked(file, readFileSync(file, 'utf8').trim());
+  } finally {
+    unlinkSync(tmp);
   }
+}
+
+/**
+ * The same floor as AUTH_JWT_SECRET: a file someone wrote by hand with a short (or no) key would
+ * sign tokens that can be guessed offline from one of them. Never echoed.
+ */
+function checked(file: string, secret: string): string {
+  const bytes = Buffer.byteLength(secret);
+  if (bytes < MIN_SECRET_BYTES) throw new ConfigError(`${file} must hold a secret of at least ${MIN_SECRET_BYTES} bytes (256 bits, RFC 7518 §3.2), got ${bytes}; remove it to have one generated`);
+  return secret;
 }

@@ -6,7 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import { loadConfig } from '../common/config.js';
 import { jwtSecret } from '../common/secret.js';
 import { mintToken } from './auth.js';
-import { parseCommandLine, usageError as fail } from '../common/cli.js';
+import { configured, parseCommandLine, usageError as fail } from '../common/cli.js';
 import { ADMIN_SCOPE, loadProtos, operatorAddress } from './operator.js';
 
 const USAGE = `usage: npm run admin -- <command> [options]
@@ -72,10 +72,10 @@ else if (command === 'usage') {
   usageError(`unknown command '${command}'`);
 }
 
-const config = loadConfig();
+const config = configured(() => loadConfig());
 const address = values.address ?? operatorAddress(config);
 if (!address) usageError('set ADMIN_GRPC_PORT (as the service has it) or pass --address host:port');
-const token = values.token ?? process.env.ADMIN_TOKEN ?? (await mintToken(jwtSecret(config.jwtSecret, config.dataDir), { sub: 'admin-cli', scope: ADMIN_SCOPE }, '5m'));
+const token = values.token ?? process.env.ADMIN_TOKEN ?? (await mintToken(configured(() => jwtSecret(config.jwtSecret, config.dataDir)), { sub: 'admin-cli', scope: ADMIN_SCOPE }, '5m'));
 
 const { operator } = loadProtos();
 const client = new operator(address, grpc.credentials.createInsecure());

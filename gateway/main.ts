@@ -39,7 +39,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
-  // A refused DEPRECATIONS_FILE is a configuration error, like a bad variable.
-  process.exit(err instanceof LifecycleError ? 2 : 1);
+  // A short DATA_DIR/jwt-secret is found only as the service starts: said as a bad variable is.
+  process.stderr.write(`${err instanceof ConfigError ? 'configuration error' : 'failed to start'}: ${err instanceof Error ? err.message : String(err)}\n`);
+  // A refused DEPRECATIONS_FILE or DATA_DIR/jwt-secret is a configuration error, like a bad variable.
+  process.exit(err instanceof LifecycleError || err instanceof ConfigError ? 2 : 1);
 });

@@ -1,7 +1,7 @@
 // `npm run token -- --scope "orders:read orders:write" [--tenant t1] [--sub u1] [--expires-in 30d]`
 // prints a bearer token signed with the service's secret (CONTRACT §1).
 
-import { cliOptions, usageError } from '../common/cli.js';
+import { cliOptions, configured, usageError } from '../common/cli.js';
 import { loadConfig } from '../common/config.js';
 import { jwtSecret } from '../common/secret.js';
 import { mintToken } from './auth.js';
@@ -15,7 +15,7 @@ const values = cliOptions(USAGE, {
   'expires-in': { type: 'string', default: '30d' },
 });
 if (!values.scope) usageError(USAGE);
-const config = loadConfig();
+const config = configured(() => loadConfig());
 const claims: { sub: string; scope: string; tenant?: string } = { sub: values.sub!, scope: values.scope };
 if (values.tenant) claims.tenant = values.tenant;
-process.stdout.write(`${await mintToken(jwtSecret(config.jwtSecret, config.dataDir), claims, values['expires-in'])}\n`);
+process.stdout.write(`${await mintToken(configured(() => jwtSecret(config.jwtSecret, config.dataDir)), claims, values['expires-in'])}\n`);

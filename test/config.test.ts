@@ -3,7 +3,7 @@
 
 import test from 'ava';
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hostSettings } from '../actors/host.js';
 import { authorityOf, ConfigError, loadConfig, originOf } from '../common/config.js';
@@ -160,4 +160,29 @@ test('AUTH_JWT_SECRET shorter than 32 bytes is refused by name without echoing i
   t.teardown(() => removeDir(dir));
   const generated = generatedSecret(undefined, dir);
   t.notThrows(() => loadConfig({ AUTH_JWT_SECRET: generated }));
+});
+
+test('a DATA_DIR/jwt-secret shorter than 32 bytes is refused naming the file, without echoing it; a generated one is read back', async (t) => {
+  const dir = await tempDir('config-secret-file');
+  t.teardown(() => removeDir(dir));
+  const file = join(dir, 'jwt-secret');
+  for (const secret of ['', 'short-secret\n', `${'a'.repeat(31)}\n`, `  ${'é'.repeat(15)}  \n`]) {
+    writeFileSync(file, secret);
+    const err = t.throws(() => generatedSecret(undefined, dir), { instanceOf: ConfigError }, JSON.stringify(secret));
+    t.regex(err?.message ?? '', new RegExp(`^${file} must hold a secret of at least 32 bytes \\(256 bits, RFC 7518 §3\\.2\\), got ${Buffer.byteLength(secret.trim())};`));
+    if (secret.trim()) t.false(err?.message.includes(secret.trim()), 'the secret was echoed');
+  }
+  writeFileSync(file, `${'a'.repeat(32)}\n`);
+  t.is(generatedSecret(undefined, dir), 'a'.repeat(32));
+  t.is(generatedSecret('configured-secret-wins-over-the-file-0123', dir), 'configured-secret-wins-over-the-file-0123');
+  const fresh = join(dir, 'fresh');
+  const generated = generatedSecret(undefined, fresh);
+  t.true(Buffer.byteLength(generated) >= 32);
+  t.is(generatedSecret(undefined, fresh), generated, 'the generated secret is read back as it is');
+  t.deepEqual(readdirSync(fresh), ['jwt-secret'], 'nothing is left beside it');
+
+  writeFileSync(file, 'short-secret\n');
+  const gateway = await launch('gateway/main.js', { HOST: '127.0.0.1', PORT: '0', DATA_DIR: dir, LOG_LEVEL: 'silent' });
+  t.is(gateway.code, 2, gateway.stderr);
+  t.regex(gateway.stderr, new RegExp(`^configuration error: ${file} must hold a secret of at least 32 bytes`));
 });

@@ -2,7 +2,7 @@
 // Authenticator accepts, signed with the secret the service would use for that DATA_DIR.
 
 import { execFile } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import anyTest, { type TestFn } from 'ava';
 import { jwtSecret } from '../common/secret.js';
@@ -120,4 +120,15 @@ test('a misspelled option or a missing value is a usage error, not a crash', asy
     t.regex(r.stderr, /usage: .*--scope/);
     t.notRegex(r.stderr, /\n\s+at /, 'no stack trace');
   }
+});
+
+test('a DATA_DIR/jwt-secret shorter than 32 bytes is a configuration error: exit 2, the file named, no token', async (t) => {
+  const dir = await dataDir(t);
+  await writeFile(join(dir, 'jwt-secret'), 'hunter2\n');
+  const r = await run(['--scope', 'orders:read'], { DATA_DIR: dir });
+  t.is(r.code, 2, r.stderr);
+  t.is(r.stdout, '');
+  t.regex(r.stderr, new RegExp(`^configuration error: ${join(dir, 'jwt-secret')} must hold a secret of at least 32 bytes`));
+  t.notRegex(r.stderr, /hunter2/);
+  t.notRegex(r.stderr, /\n\s+at /, 'no stack trace');
 });
