@@ -35,7 +35,7 @@ async function refusedStart(natsUrl: string, nodeId: string, partitions: string,
 test('a node whose DATA_DIR does not hold its partitions stops at start, while their owner runs and while it is down', async (t) => {
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());
-  const dirs = { a: await tempDir('owners-a'), b: await tempDir('owners-b'), copy: await tempDir('owners-copy') };
+  const dirs = { a: await tempDir('owners-a'), b: await tempDir('owners-b'), c: await tempDir('owners-c'), copy: await tempDir('owners-copy') };
   t.teardown(() => Promise.all(Object.values(dirs).map((d) => removeDir(d))));
 
   const a = await startActorNode(nats.url, 'a', '0-127', dirs.a);
@@ -43,7 +43,7 @@ test('a node whose DATA_DIR does not hold its partitions stops at start, while t
   t.is(running.code, 2, running.printed);
   t.regex(running.printed, /partitions 100-127 \(claimed by node a\) belong to another store/);
   // Partitions no one holds yet (128-140) were not claimed by the node that stopped.
-  const fresh = await startActorNode(nats.url, 'c', '128-140', await tempDir('owners-c'));
+  const fresh = await startActorNode(nats.url, 'c', '128-140', dirs.c);
   await fresh.stop();
 
   // The owner gone (a crash: no goodbye), the other store still may not serve its partitions.
