@@ -37,7 +37,7 @@ function exists(err: unknown): boolean {
   return (err as { api_error?: { err_code?: number } } | null)?.api_error?.err_code === 10071;
 }
 
-async function bucket(nc: NatsConnection): Promise<KV> {
+export async function bucket(nc: NatsConnection): Promise<KV> {
   try {
     return await nc.jetstream().views.kv(PARTITION_OWNERS_BUCKET, { history: 1 });
   } catch (err) {
@@ -69,11 +69,19 @@ const UNAVAILABLE_PAUSE_MS = 2000;
  * that lost part of a race gives back what it took (RACE_ATTEMPTS). While JetStream cannot answer
  * the node waits for it, as it waits for NATS, saying so through `warn`.
  */
-export async function claimPartitions(nc: NatsConnection, store: string, node: string, partitions: number[], warn: (msg: string) => void = () => {}): Promise<void> {
+export async function claimPartitions(
+  nc: NatsConnection,
+  store: string,
+  node: string,
+  partitions: number[],
+  warn: (msg: string) => void = () => {},
+  // The bucket as it is opened; tests hand in one that another node's claim races.
+  open: (nc: NatsConnection) => Promise<KV> = bucket,
+): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     let outcome: 'claimed' | 'raced';
     try {
-      outcome = await claimOnce(nc, store, node, partitions, attempt === RACE_ATTEMPTS);
+      outcome = await claimOnce(await open(nc), store, node, partitions, attempt === RACE_ATTEMPTS);
     } catch (err) {
       if (err instanceof ConfigError) throw err;
       warn(`the partition record in NATS JetStream cannot be read (${err instanceof Error ? err.message : String(err)}); trying again in ${UNAVAILABLE_PAUSE_MS / 1000} s`);
@@ -86,8 +94,7 @@ export async function claimPartitions(nc: NatsConnection, store: string, node: s
   }
 }
 
-async function claimOnce(nc: NatsConnection, store: string, node: string, partitions: number[], last: boolean): Promise<'claimed' | 'raced'> {
-  const kv = await bucket(nc);
+async function claimOnce(kv: KV, store: string, node: string, partitions: number[], last: boolean): Promise<'claimed' | 'raced'> {
   const recorded = async (p: number): Promise<Owner | undefined> => {
     const e = await kv.get(`p${p}`);
     // A record that cannot be read is still someone's: never taken over unseen.

@@ -9,8 +9,8 @@ import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import test from 'ava';
-import { connect } from 'nats';
-import { claimPartitions, releasePartitions } from '../common/nats-partition-owners.js';
+import { connect, StringCodec, type KV } from 'nats';
+import { bucket, claimPartitions, releasePartitions } from '../common/nats-partition-owners.js';
 import { startActorNode } from './helpers/service.js';
 import { startNatsServer } from './helpers/nats-server.js';
 import { removeDir, tempDir } from './helpers/edge-kit.js';
@@ -90,4 +90,40 @@ test('of two new stores claiming the same partitions at once, one takes them all
     await claimPartitions(nc, winner, winner, all);
     t.is(await releasePartitions(nc, all), 256);
   }
+});
+
+test('a claim that loses part of a race gives back what it took, and stops naming the winner', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const nc = await connect({ servers: nats.url });
+  t.teardown(() => nc.close());
+  const codec = StringCodec();
+  const all = Array.from({ length: 256 }, (_, i) => i);
+  // Another node creates partitions 128-255 between this claim's read and its creates.
+  const raced = new Set<string>();
+  const racing = async (c: typeof nc): Promise<KV> => {
+    const kv = await bucket(c);
+    return new Proxy(kv, {
+      get(target, prop) {
+        if (prop === 'create') {
+          return async (key: string, value: Uint8Array): Promise<number> => {
+            if (Number(key.slice(1)) >= 128 && !raced.has(key)) {
+              raced.add(key);
+              await target.create(key, codec.encode(JSON.stringify({ store: 'other', node: 'other' })));
+            }
+            return target.create(key, value);
+          };
+        }
+        const v = Reflect.get(target, prop, target) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+  };
+  const err = await t.throwsAsync(claimPartitions(nc, 'mine', 'mine', all, () => {}, racing));
+  t.regex(err?.message ?? '', /partitions 128-255 \(claimed by node other\)/);
+  // None of 0-127 stayed with the store that was refused: another store may claim them.
+  const kv = await bucket(nc);
+  const owners = await Promise.all(all.map(async (p) => (await kv.get(`p${p}`))?.operation === 'PUT'));
+  t.deepEqual(all.filter((p) => owners[p]), all.slice(128));
+  await claimPartitions(nc, 'third', 'third', all.slice(0, 128));
 });
