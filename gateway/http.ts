@@ -20,9 +20,10 @@ export interface HttpServer {
   /** Stops listening; exchanges under way go on. */
   close(): void;
   /**
-   * Stops listening and lets the exchanges under way finish, for at most `deadlineMs`: their
-   * answers close their connections, and a request arriving meanwhile on a connection kept open
-   * is answered 503 with Retry-After and closed. Resolves once none is left, or at the deadline.
+   * Stops listening and lets the exchanges under way finish, up to the last byte of their
+   * answers, for at most `deadlineMs`; an answer with a small body closes its connection. A
+   * request arriving meanwhile on a connection kept open is answered 503 with Retry-After and
+   * closed. Resolves once none is left, or at the deadline.
    */
   drain(deadlineMs: number): Promise<void>;
 }
@@ -603,16 +604,17 @@ const fixedLines = new FixedLines();
 /**
  * Writes the answer: true once it is out, false while a paced body still waits for the socket
  * (the exchange then ends when the rest is written, or its client goes away). While the server
- * drains, an answer tells its client to close the connection (RFC 9112 §9.6), and its body is
- * paced, so the stop waits for the last byte; the client, not the server, closes, so an answer
- * without a body keeps its own framing (a HEAD its GET's length).
+ * drains, a small body closes its connection as it ends (uWS writes `Connection: close` and
+ * closes: RFC 9112 §9.6 has a server that says close close), and a large one is paced, so the
+ * stop waits for its last byte, and says nothing: uWS cannot close after a paced end, and a
+ * request that follows on that connection is answered 503 and closed. An answer without a body
+ * cannot close here either, and keeps its own framing (a HEAD its GET's length).
  */
 function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, exchange: Exchange): boolean {
   const draining = !close && exchange.draining;
   // uWS writes 200 OK itself when no status is given.
   if (r.status !== 200) res.writeStatus(statusLine(r.status));
   writeHeaders(res, r.headers, keepAlive && !draining);
-  if (draining) res.writeHeader('connection', 'close');
   // endWithoutBody() takes no length here: this uWS build mis-writes an explicit one.
   if (r.status === 204 || r.status === 304 || r.body === undefined) {
     res.endWithoutBody();
@@ -641,12 +643,14 @@ function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse
 }
 
 /**
- * Ends the answer with its body: closing, paced (a large body always, a small one when drawn,
- * every one while draining), or at once. False while a paced body waits for the socket.
+ * Ends the answer with its body: closing (a refusal, or a small body while draining), paced (a
+ * large body always, a small one when drawn), or at once. False while a paced body waits for
+ * the socket.
  */
 function endBody(res: uWS.HttpResponse, body: string | Buffer, close: boolean, draining: boolean, exchange: Exchange): boolean {
-  if (close) res.end(body, true);
-  else if (draining || (typeof body !== 'string' && body.length > SMALL_BODY_BYTES) || paceNow()) return endPaced(res, body, exchange);
+  const large = typeof body !== 'string' && body.length > SMALL_BODY_BYTES;
+  if (close || (draining && !large)) res.end(body, true);
+  else if (large || paceNow()) return endPaced(res, body, exchange);
   else res.end(body);
   return true;
 }

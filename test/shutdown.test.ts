@@ -35,7 +35,7 @@ test('a stop answers the requests under way, refuses new ones 503 and closes the
   // Under way: the head and part of the body are in when the stop begins, the rest after.
   const body = JSON.stringify({ currency: 'EUR', note: 'written while stopping' });
   const head = rawRequest('POST', '/v1/orders', { ...auth, 'Content-Type': 'application/json', 'Content-Length': String(body.length) });
-  const underWay = rawExchange(service.port, { send: [head, body.slice(0, 5), untilStopping, body.slice(5)], timeoutMs: 3000 });
+  const underWay = rawExchange(service.port, { send: [head, body.slice(0, 5), untilStopping, body.slice(5)], timeoutMs: 8000 });
   // Kept open after one answer, then a second request once the stop has begun.
   const get = rawRequest('GET', '/v1/orders?limit=1', auth);
   const keptOpen = rawExchange(service.port, { send: [get, afterResponses(['GET']), untilStopping, get], timeoutMs: 8000 });
@@ -49,8 +49,9 @@ test('a stop answers the requests under way, refuses new ones 503 and closes the
   const created = parseResponses(answered.bytes, ['POST']);
   t.is(created.length, 1);
   t.is(created[0]!.status, 201, created[0]!.body.toString());
-  t.is(rawHeader(created[0]!, 'connection'), 'close', 'the answer under way tells its client to close');
+  t.is(rawHeader(created[0]!, 'connection'), 'close', 'the answer under way closes its connection');
   t.is(rawHeader(created[0]!, 'keep-alive'), undefined);
+  t.true(answered.closed, 'closed by the server');
   const [first, second] = parseResponses(refused.bytes, ['GET', 'GET']);
   t.is(first!.status, 200);
   t.is(second!.status, 503, second!.body.toString());
