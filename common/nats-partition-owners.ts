@@ -27,9 +27,29 @@ function spans(partitions: number[]): string {
     .join(',');
 }
 
-/** JetStream is off on this server: waiting cannot help, the server's settings must change. */
+type NatsFailure = { code?: string; api_error?: { err_code?: number } } | null;
+
+/**
+ * JetStream is off on this server or account: waiting cannot help, its settings must change. No
+ * responders to the JetStream API (a 503 without an API error), or the API saying so (10039,
+ * 10076). A cluster without a leader answers 503 too, with 10008: that one passes.
+ */
 function jetStreamOff(err: unknown): boolean {
-  return (err as { code?: string } | null)?.code === '503';
+  const e = err as NatsFailure;
+  const code = e?.api_error?.err_code;
+  return (e?.code === '503' && e.api_error === undefined) || code === 10039 || code === 10076;
+}
+
+/**
+ * What waiting may cure: no answer in time, a lost connection, JetStream without a leader
+ * (10008) or short of resources for now (10023). Anything else (limits, permissions, a bucket
+ * made with other settings) is a fault to fix, reported at once.
+ */
+function passing(err: unknown): boolean {
+  const e = err as NatsFailure;
+  const code = e?.api_error?.err_code;
+  if (code !== undefined) return code === 10008 || code === 10023;
+  return e?.code === 'TIMEOUT' || e?.code === 'DISCONNECT' || e?.code === 'CONNECTION_CLOSED' || e?.code === 'CONNECTION_REFUSED';
 }
 
 /** A create refused because the key holds a record already (JetStream's "wrong last sequence"). */
@@ -37,13 +57,8 @@ function exists(err: unknown): boolean {
   return (err as { api_error?: { err_code?: number } } | null)?.api_error?.err_code === 10071;
 }
 
-export async function bucket(nc: NatsConnection): Promise<KV> {
-  try {
-    return await nc.jetstream().views.kv(PARTITION_OWNERS_BUCKET, { history: 1 });
-  } catch (err) {
-    if (jetStreamOff(err)) throw new ConfigError('NATS has no JetStream, which holds the record of which store serves each partition: run nats-server with JetStream, as nats.conf does');
-    throw err;
-  }
+export function bucket(nc: NatsConnection): Promise<KV> {
+  return nc.jetstream().views.kv(PARTITION_OWNERS_BUCKET, { history: 1 });
 }
 
 function ownerOf(value: Uint8Array): Owner | undefined {
@@ -84,7 +99,10 @@ export async function claimPartitions(
       outcome = await claimOnce(await open(nc), store, node, partitions, attempt === RACE_ATTEMPTS);
     } catch (err) {
       if (err instanceof ConfigError) throw err;
-      warn(`the partition record in NATS JetStream cannot be read (${err instanceof Error ? err.message : String(err)}); trying again in ${UNAVAILABLE_PAUSE_MS / 1000} s`);
+      if (jetStreamOff(err)) throw new ConfigError('NATS has no JetStream, which holds the record of which store serves each partition: run nats-server with JetStream, as nats.conf does');
+      const why = err instanceof Error ? err.message : String(err);
+      if (!passing(err)) throw new Error(`the partition record in NATS JetStream (bucket ${PARTITION_OWNERS_BUCKET}) cannot be read or written: ${why}`, { cause: err });
+      warn(`the partition record in NATS JetStream cannot be read or written for now (${why}); trying again in ${UNAVAILABLE_PAUSE_MS / 1000} s`);
       await sleep(UNAVAILABLE_PAUSE_MS);
       attempt--;
       continue;
@@ -104,7 +122,8 @@ async function claimOnce(kv: KV, store: string, node: string, partitions: number
   refuseOthers(store, partitions, owners);
   const mine = codec.encode(JSON.stringify({ store, node } satisfies Owner));
   const taken: { key: string; revision: number }[] = [];
-  const raced = await Promise.all(
+  // Every create runs to its end, so that what was taken is known when one of them fails.
+  const settled = await Promise.allSettled(
     partitions.map(async (p, i) => {
       if (owners[i] !== undefined) return owners[i];
       try {
@@ -117,9 +136,13 @@ async function claimOnce(kv: KV, store: string, node: string, partitions: number
       }
     }),
   );
-  if (raced.every((o) => o === undefined || o.store === store)) return 'claimed';
-  // Only a record still as this attempt wrote it is given back.
+  const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  const raced = settled.map((r) => (r.status === 'fulfilled' ? r.value : undefined));
+  if (!failed && raced.every((o) => o === undefined || o.store === store)) return 'claimed';
+  // Lost part of a race, or failed part way: what this attempt took is given back, only where
+  // its record is still as this attempt wrote it.
   await Promise.all(taken.map(({ key, revision }) => kv.delete(key, { previousSeq: revision }).catch(() => undefined)));
+  if (failed) throw failed.reason;
   if (last) refuseOthers(store, partitions, raced);
   return 'raced';
 }

@@ -9,8 +9,9 @@ import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import test from 'ava';
-import { connect, StringCodec, type KV } from 'nats';
-import { bucket, claimPartitions, releasePartitions } from '../common/nats-partition-owners.js';
+import { connect, DiscardPolicy, StringCodec, type KV } from 'nats';
+import { ConfigError } from '../common/config.js';
+import { bucket, claimPartitions, PARTITION_OWNERS_BUCKET, releasePartitions } from '../common/nats-partition-owners.js';
 import { startActorNode } from './helpers/service.js';
 import { startNatsServer } from './helpers/nats-server.js';
 import { removeDir, tempDir } from './helpers/edge-kit.js';
@@ -126,4 +127,40 @@ test('a claim that loses part of a race gives back what it took, and stops namin
   const owners = await Promise.all(all.map(async (p) => (await kv.get(`p${p}`))?.operation === 'PUT'));
   t.deepEqual(all.filter((p) => owners[p]), all.slice(128));
   await claimPartitions(nc, 'third', 'third', all.slice(0, 128));
+});
+
+test('JetStream without a leader is waited for; JetStream off, or a fault to fix, stops the claim at once', async (t) => {
+  const nats = await startNatsServer();
+  t.teardown(() => nats.stop());
+  const nc = await connect({ servers: nats.url });
+  t.teardown(() => nc.close());
+  const failing = (err: object, times: number) => {
+    let left = times;
+    return async (c: typeof nc): Promise<KV> => {
+      if (left-- > 0) throw Object.assign(new Error('from the test'), err);
+      return bucket(c);
+    };
+  };
+  // A cluster electing its leader answers 503 with err_code 10008: the claim waits and goes on.
+  const warned: string[] = [];
+  await claimPartitions(nc, 'waits', 'waits', [1, 2], (m) => warned.push(m), failing({ code: '503', api_error: { err_code: 10008 } }, 1));
+  t.is(warned.length, 1);
+  t.regex(warned[0]!, /for now .*trying again/);
+  // No responders to the JetStream API: JetStream is off, a configuration error.
+  const off = await t.throwsAsync(claimPartitions(nc, 'off', 'off', [3], () => {}, failing({ code: '503' }, 1)));
+  t.true(off instanceof ConfigError);
+  t.regex(off?.message ?? '', /run nats-server with JetStream/);
+  // A bucket that refuses the records (here: one made elsewhere holding one message at most)
+  // stops the claim, and what it took is given back.
+  const jsm = await nc.jetstreamManager();
+  await jsm.streams.delete(`KV_${PARTITION_OWNERS_BUCKET}`);
+  await nc.jetstream().views.kv(PARTITION_OWNERS_BUCKET, { history: 1, max_bytes: -1, maxBucketSize: -1 });
+  await jsm.streams.update(`KV_${PARTITION_OWNERS_BUCKET}`, { max_msgs: 1, discard: DiscardPolicy.New });
+  const waited: string[] = [];
+  const fault = await t.throwsAsync(claimPartitions(nc, 'full', 'full', [10, 11, 12], (m) => waited.push(m)));
+  t.false(fault instanceof ConfigError);
+  t.regex(fault?.message ?? '', /cannot be read or written: .*maximum messages/);
+  t.deepEqual(waited, [], 'not waited for');
+  const kv = await bucket(nc);
+  t.deepEqual(await Promise.all([10, 11, 12].map(async (p) => (await kv.get(`p${p}`))?.operation === 'PUT')), [false, false, false]);
 });
