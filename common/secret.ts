@@ -21,8 +21,11 @@ export function jwtSecret(configured: string | undefined, dataDir: string): stri
   // Written whole beside it and linked in place: a process racing this one finds no file or the
   // whole secret, never an empty one (now refused as too short). A failed link (EEXIST) means
   // another process won; both use its secret.
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${secret}\n`, { mode: 0o600 });
+  // The temporary name is random and created exclusively ('wx'): a name by pid alone was shared
+  // by processes in two containers on one DATA_DIR, and a file left over under it kept its old
+  // mode when reused (0o600 applies only to a file created).
+  const tmp = `${file}.${randomBytes(8).toString('hex')}.tmp`;
+  writeFileSync(tmp, `${secret}\n`, { mode: 0o600, flag: 'wx' });
   try {
     linkSync(tmp, file);
     return secret;
@@ -30,7 +33,11 @@ export function jwtSecret(configured: string | undefined, dataDir: string): stri
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     return checked(file, readFileSync(file, 'utf8').trim());
   } finally {
-    unlinkSync(tmp);
+    try {
+      unlinkSync(tmp);
+    } catch {
+      // Gone already: nothing is left behind either way.
+    }
   }
 }
 

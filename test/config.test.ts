@@ -3,7 +3,7 @@
 
 import test from 'ava';
 import { execFile } from 'node:child_process';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hostSettings } from '../actors/host.js';
 import { authorityOf, ConfigError, loadConfig, originOf } from '../common/config.js';
@@ -180,6 +180,7 @@ test('a DATA_DIR/jwt-secret shorter than 32 bytes is refused naming the file, wi
   t.true(Buffer.byteLength(generated) >= 32);
   t.is(generatedSecret(undefined, fresh), generated, 'the generated secret is read back as it is');
   t.deepEqual(readdirSync(fresh), ['jwt-secret'], 'nothing is left beside it');
+  t.is(statSync(join(fresh, 'jwt-secret')).mode & 0o777, 0o600, 'readable by its owner only');
 
   writeFileSync(file, 'short-secret\n');
   const gateway = await launch('gateway/main.js', { HOST: '127.0.0.1', PORT: '0', DATA_DIR: dir, LOG_LEVEL: 'silent' });
