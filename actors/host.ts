@@ -51,6 +51,12 @@ import { planUsageAdd, readUsage, USAGE, usageLock, type UsageRecord } from './u
 
 export interface HostOptions {
   dataDir: string;
+  /**
+   * The host's own jobs (operations resumed, the sweeps, webhook deliveries) wait for start():
+   * an actor node starts them once its partitions are claimed, so a node refused them never acts
+   * on their data. Otherwise they start with the host.
+   */
+  deferJobs?: boolean;
   /** Partitions this host serves; commands for others are refused as unavailable. */
   partitions: ReadonlySet<number>;
   /** Most queued commands per key. */
@@ -181,7 +187,7 @@ export class ActorHost implements ActorEndpoint {
   private lateByClockLoggedAt = -Infinity;
   private readonly ttlMs: number;
   private readonly now: () => number;
-  private readonly sweeper: NodeJS.Timeout;
+  private sweeper: NodeJS.Timeout | undefined;
   /** Tables a sweep is running over. */
   private readonly sweeping = new Set<string>();
   /** The event sweep running, if one is (sweepEvents). */
@@ -276,14 +282,6 @@ export class ActorHost implements ActorEndpoint {
       log: opts.log,
     });
     this.usage = this.store.table(USAGE);
-    // Operations cut off by the last stop carry on now (and any a failed commit left, each minute).
-    this.resumeOperations();
-    this.sweeper = setInterval(() => {
-      void this.sweepIdempotency();
-      void this.sweepOperations();
-      void this.sweepEvents();
-      this.resumeOperations();
-    }, SWEEP_EVERY_MS).unref();
     this.dispatcher = opts.webhooks
       ? new Dispatcher(this.store, { ...opts.webhooks, eventRetentionMs: this.eventRetentionMs }, {
           owns: (p) => this.owns(p),
@@ -293,6 +291,20 @@ export class ActorHost implements ActorEndpoint {
           log: opts.log,
         })
       : undefined;
+    if (!opts.deferJobs) this.start();
+  }
+
+  /** Starts the host's own jobs (HostOptions.deferJobs); once. */
+  start(): void {
+    if (this.sweeper !== undefined || this.closing) return;
+    // Operations cut off by the last stop carry on now (and any a failed commit left, each minute).
+    this.resumeOperations();
+    this.sweeper = setInterval(() => {
+      void this.sweepIdempotency();
+      void this.sweepOperations();
+      void this.sweepEvents();
+      this.resumeOperations();
+    }, SWEEP_EVERY_MS).unref();
     this.dispatcher?.start();
   }
 

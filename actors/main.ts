@@ -38,6 +38,8 @@ async function main(): Promise<void> {
   const host = new ActorHost({
     dataDir: actorDataDir(config),
     partitions: new Set(partitions),
+    // Its jobs start once its partitions are claimed: a node refused them leaves their data be.
+    deferJobs: true,
     ...hostSettings(config),
     log,
     ...dispatchOptions(config, log, {}, remote),
@@ -58,6 +60,7 @@ async function main(): Promise<void> {
   // Its partitions are claimed for this DATA_DIR's store first: one another store holds stops it.
   const store = storeIdOf(actorDataDir(config));
   server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, store, log: (m) => log.info(m), warn: (m) => log.warn(m) });
+  host.start();
   const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
   // Health and node status on the operator plane (ADMIN_GRPC_PORT); operator calls need the
   // gateways' AUTH_JWT_SECRET to verify admin tokens, health checks need nothing.
