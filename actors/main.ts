@@ -45,7 +45,8 @@ async function main(): Promise<void> {
     ...dispatchOptions(config, log, {}, remote),
   });
   await host.ready;
-  // Stops gracefully from here on, while it waits for NATS too: the host already runs its jobs.
+  // Stops gracefully from here on, while it waits for NATS too; its jobs start once its
+  // partitions are claimed.
   let server: ActorServer | undefined = undefined;
   let operator: OperatorServer | undefined;
   const idle = collectWhenIdle();

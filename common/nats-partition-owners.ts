@@ -41,15 +41,16 @@ function jetStreamOff(err: unknown): boolean {
 }
 
 /**
- * What waiting may cure: no answer in time, a lost connection, JetStream without a leader
- * (10008) or short of resources for now (10023). Anything else (limits, permissions, a bucket
+ * What waiting may cure: no answer in time, a lost connection, no responders to a record's
+ * subject (its stream offline for now), JetStream without a leader (10008) or short of resources
+ * for now (10023). Anything else (limits, permissions, a bucket
  * made with other settings) is a fault to fix, reported at once.
  */
 function passing(err: unknown): boolean {
   const e = err as NatsFailure;
   const code = e?.api_error?.err_code;
   if (code !== undefined) return code === 10008 || code === 10023;
-  return e?.code === 'TIMEOUT' || e?.code === 'DISCONNECT' || e?.code === 'CONNECTION_CLOSED' || e?.code === 'CONNECTION_REFUSED';
+  return e?.code === '503' || e?.code === 'TIMEOUT' || e?.code === 'DISCONNECT' || e?.code === 'CONNECTION_CLOSED' || e?.code === 'CONNECTION_REFUSED';
 }
 
 /** A create refused because the key holds a record already (JetStream's "wrong last sequence"). */
@@ -95,11 +96,17 @@ export async function claimPartitions(
 ): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     let outcome: 'claimed' | 'raced';
+    let opened = false;
     try {
-      outcome = await claimOnce(await open(nc), store, node, partitions, attempt === RACE_ATTEMPTS);
+      const kv = await open(nc);
+      opened = true;
+      outcome = await claimOnce(kv, store, node, partitions, attempt === RACE_ATTEMPTS);
     } catch (err) {
       if (err instanceof ConfigError) throw err;
-      if (jetStreamOff(err)) throw new ConfigError('NATS has no JetStream, which holds the record of which store serves each partition: run nats-server with JetStream, as nats.conf does');
+      // Only the JetStream API, asked to open the bucket, tells that JetStream is off: no
+      // responders to a record's subject mean its stream cannot answer for now (its server
+      // restarting, a leader being elected), which passes.
+      if (!opened && jetStreamOff(err)) throw new ConfigError('NATS has no JetStream, which holds the record of which store serves each partition: run nats-server with JetStream, as nats.conf does');
       const why = err instanceof Error ? err.message : String(err);
       if (!passing(err)) throw new Error(`the partition record in NATS JetStream (bucket ${PARTITION_OWNERS_BUCKET}) cannot be read or written: ${why}`, { cause: err });
       warn(`the partition record in NATS JetStream cannot be read or written for now (${why}); trying again in ${UNAVAILABLE_PAUSE_MS / 1000} s`);

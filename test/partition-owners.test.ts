@@ -9,7 +9,7 @@ import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import test from 'ava';
-import { connect, DiscardPolicy, StringCodec, type KV } from 'nats';
+import { connect, DiscardPolicy, StringCodec, type KV, type NatsConnection } from 'nats';
 import { ConfigError } from '../common/config.js';
 import { bucket, claimPartitions, PARTITION_OWNERS_BUCKET, releasePartitions } from '../common/nats-partition-owners.js';
 import { startActorNode } from './helpers/service.js';
@@ -18,6 +18,20 @@ import { removeDir, tempDir } from './helpers/edge-kit.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const run = promisify(execFile);
+
+/** The bucket as `bucket` opens it, with `create` replaced: a stand-in for what other nodes or JetStream do meanwhile. */
+function withCreate(create: (target: KV, key: string, value: Uint8Array) => Promise<number>) {
+  return async (c: NatsConnection): Promise<KV> => {
+    const kv = await bucket(c);
+    return new Proxy(kv, {
+      get(target, prop) {
+        if (prop === 'create') return (key: string, value: Uint8Array) => create(target, key, value);
+        const v = Reflect.get(target, prop, target) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+  };
+}
 
 /** How an actor node that must not serve ends: its exit code and what it printed. */
 async function refusedStart(natsUrl: string, nodeId: string, partitions: string, dataDir: string): Promise<{ code: number; printed: string }> {
@@ -102,24 +116,13 @@ test('a claim that loses part of a race gives back what it took, and stops namin
   const all = Array.from({ length: 256 }, (_, i) => i);
   // Another node creates partitions 128-255 between this claim's read and its creates.
   const raced = new Set<string>();
-  const racing = async (c: typeof nc): Promise<KV> => {
-    const kv = await bucket(c);
-    return new Proxy(kv, {
-      get(target, prop) {
-        if (prop === 'create') {
-          return async (key: string, value: Uint8Array): Promise<number> => {
-            if (Number(key.slice(1)) >= 128 && !raced.has(key)) {
-              raced.add(key);
-              await target.create(key, codec.encode(JSON.stringify({ store: 'other', node: 'other' })));
-            }
-            return target.create(key, value);
-          };
-        }
-        const v = Reflect.get(target, prop, target) as unknown;
-        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-      },
-    });
-  };
+  const racing = withCreate(async (target, key, value) => {
+    if (Number(key.slice(1)) >= 128 && !raced.has(key)) {
+      raced.add(key);
+      await target.create(key, codec.encode(JSON.stringify({ store: 'other', node: 'other' })));
+    }
+    return target.create(key, value);
+  });
   const err = await t.throwsAsync(claimPartitions(nc, 'mine', 'mine', all, () => {}, racing));
   t.regex(err?.message ?? '', /partitions 128-255 \(claimed by node other\)/);
   // None of 0-127 stayed with the store that was refused: another store may claim them.
@@ -146,7 +149,17 @@ test('JetStream without a leader is waited for; JetStream off, or a fault to fix
   await claimPartitions(nc, 'waits', 'waits', [1, 2], (m) => warned.push(m), failing({ code: '503', api_error: { err_code: 10008 } }, 1));
   t.is(warned.length, 1);
   t.regex(warned[0]!, /for now .*trying again/);
-  // No responders to the JetStream API: JetStream is off, a configuration error.
+  // No responders to a record's subject (the bucket's stream offline for a moment) passes too.
+  const offline = new Set<string>();
+  const streamOffline = withCreate((target, key, value) => {
+    if (offline.has(key)) return target.create(key, value);
+    offline.add(key);
+    return Promise.reject(Object.assign(new Error('503'), { code: '503' }));
+  });
+  const waitedOffline: string[] = [];
+  await claimPartitions(nc, 'offline', 'offline', [5], (m) => waitedOffline.push(m), streamOffline);
+  t.is(waitedOffline.length, 1);
+  // No responders to the JetStream API, asked to open the bucket: JetStream is off, a configuration error.
   const off = await t.throwsAsync(claimPartitions(nc, 'off', 'off', [3], () => {}, failing({ code: '503' }, 1)));
   t.true(off instanceof ConfigError);
   t.regex(off?.message ?? '', /run nats-server with JetStream/);
