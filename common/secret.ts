@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { linkSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Buffer } from 'node:buffer';
 import { ConfigError, MIN_SECRET_BYTES } from './config.js';
@@ -25,19 +25,17 @@ export function jwtSecret(configured: string | undefined, dataDir: string): stri
   // by processes in two containers on one DATA_DIR, and a file left over under it kept its old
   // mode when reused (0o600 applies only to a file created).
   const tmp = `${file}.${randomBytes(8).toString('hex')}.tmp`;
-  writeFileSync(tmp, `${secret}\n`, { mode: 0o600, flag: 'wx' });
   try {
+    // Inside the try: a write that fails part way (a full disk) leaves no partial secret behind.
+    writeFileSync(tmp, `${secret}\n`, { mode: 0o600, flag: 'wx' });
     linkSync(tmp, file);
     return secret;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     return checked(file, readFileSync(file, 'utf8').trim());
   } finally {
-    try {
-      unlinkSync(tmp);
-    } catch {
-      // Gone already: nothing is left behind either way.
-    }
+    // `force`: a file never made (the write failed before creating it) is no error.
+    rmSync(tmp, { force: true });
   }
 }
 
