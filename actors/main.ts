@@ -9,7 +9,7 @@ import { createLogger } from '../common/log.js';
 import { collectWhenIdle } from '../common/idle-gc.js';
 import { stopOnSignals } from '../common/shutdown.js';
 import { serveActorsOverNats, type ActorServer } from '../common/nats-actor-server.js';
-import { parsePartitions, toRanges } from '../common/partitions.js';
+import { formatPartitions, parsePartitions } from '../common/partitions.js';
 import { ActorHost, hostSettings } from './host.js';
 import { actorDataDir } from '../gateway/app.js';
 import { storeIdOf } from '../storage/store-id.js';
@@ -62,7 +62,7 @@ async function main(): Promise<void> {
   const store = storeIdOf(actorDataDir(config));
   server = await serveActorsOverNats(config.natsUrl, host, { nodeId, partitions, store, log: (m) => log.info(m), warn: (m) => log.warn(m) });
   host.start();
-  const ranges = toRanges(partitions).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(',');
+  const ranges = formatPartitions(partitions);
   // Health and node status on the operator plane (ADMIN_GRPC_PORT); operator calls need the
   // gateways' AUTH_JWT_SECRET to verify admin tokens, health checks need nothing.
   if (config.adminGrpcPort !== undefined) {

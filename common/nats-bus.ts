@@ -9,7 +9,7 @@ import { connect, createInbox, ErrorCode, Events, NatsError, type Msg, type Nats
 import { CLOSING, type Bus } from './bus.js';
 import { DeadlineSweep } from './deadlines.js';
 import { PARTITIONS } from './ids.js';
-import { toRanges } from './partitions.js';
+import { formatPartitions } from './partitions.js';
 import {
   ANNOUNCE_SUBJECT,
   DISCOVER_SUBJECT,
@@ -522,8 +522,7 @@ export class AnnouncedDirectory implements OwnerDirectory {
         else table[p] = claim;
       }
       if (lost.length > 0) {
-        const spans = toRanges(lost).map(([lo, hi]) => (lo === hi ? `${lo}` : `${lo}-${hi}`));
-        this.log(`actor node ${claim.nodeId} claims partitions ${spans.join(',')} that older claims hold; ignoring those`);
+        this.log(`actor node ${claim.nodeId} claims partitions ${formatPartitions(lost)} that older claims hold; ignoring those`);
       }
     }
     this.table = table;

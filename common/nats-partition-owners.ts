@@ -10,7 +10,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { StringCodec, type KV, type NatsConnection } from 'nats';
 import { ConfigError } from './config.js';
-import { toRanges } from './partitions.js';
+import { formatPartitions } from './partitions.js';
 
 export const PARTITION_OWNERS_BUCKET = 'actor-partitions';
 
@@ -19,12 +19,6 @@ const codec = StringCodec();
 interface Owner {
   store: string;
   node: string;
-}
-
-function spans(partitions: number[]): string {
-  return toRanges(partitions)
-    .map(([lo, hi]) => (lo === hi ? `${lo}` : `${lo}-${hi}`))
-    .join(',');
 }
 
 type NatsFailure = { code?: string; api_error?: { err_code?: number } } | null;
@@ -162,7 +156,7 @@ function refuseOthers(store: string, partitions: number[], owners: (Owner | unde
     others.set(owner.node, [...(others.get(owner.node) ?? []), p]);
   });
   if (others.size === 0) return;
-  const held = [...others].map(([n, ps]) => `${spans(ps)} (claimed by node ${n})`).join('; ');
+  const held = [...others].map(([n, ps]) => `${formatPartitions(ps)} (claimed by node ${n})`).join('; ');
   throw new ConfigError(
     `partitions ${held} belong to another store than this node's DATA_DIR: start the node whose DATA_DIR holds them, or give this node a disjoint ACTOR_PARTITIONS. If that data is lost for good, \`npm run release-partitions -- <ranges>\` lets another store serve them, empty`,
   );

@@ -44,6 +44,13 @@ export function toRanges(partitions: readonly number[]): [number, number][] {
   return ranges;
 }
 
+/** Partitions as ACTOR_PARTITIONS writes them (`0-63,128`): what parsePartitions reads back. */
+export function formatPartitions(partitions: readonly number[]): string {
+  return toRanges(partitions)
+    .map(([lo, hi]) => (lo === hi ? `${lo}` : `${lo}-${hi}`))
+    .join(',');
+}
+
 export function isPartition(p: unknown): boolean {
   return typeof p === 'number' && Number.isInteger(p) && p >= 0 && p < PARTITIONS;
 }

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { authorityOf, type Config } from '../common/config.js';
 import { ApiError } from '../common/errors.js';
 import type { Logger } from '../common/log.js';
-import { toRanges } from '../common/partitions.js';
+import { formatPartitions } from '../common/partitions.js';
 import type { Authenticator } from './auth.js';
 import { LifecycleError, realDay, stateAt, type LifecycleEntry, type LifecycleRegistry } from './lifecycle.js';
 import type { LifecycleFile } from './lifecycle-file.js';
@@ -224,7 +224,7 @@ export async function startOperator(deps: OperatorDeps, host: string, port: numb
       role: deps.role,
       nodeId: deps.nodeId,
       mode: deps.mode,
-      partitions: toRanges([...deps.partitions]).map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(','),
+      partitions: formatPartitions(deps.partitions),
       partitionCount: deps.partitions.length,
       uptimeSeconds: (Date.now() - STARTED) / 1000,
       lifecycleEntries: deps.lifecycle?.registry.entries().length ?? 0,
