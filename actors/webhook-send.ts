@@ -93,8 +93,7 @@ export class WebhookSender {
       settled = true;
       clearTimeout(timer);
       this.live.delete(req);
-      // A request cut off by close() failed through no fault of the receiver's.
-      cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started), withdrawn: withdrawn ?? (this.closed && status === null ? true : undefined) });
+      cb({ status, error, retryAfterMs, durationMs: Math.round(performance.now() - started), withdrawn });
     };
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(body));
