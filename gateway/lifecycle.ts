@@ -116,13 +116,13 @@ export function parseEntries(raw: unknown, routes: readonly RouteDef[]): Lifecyc
     }
     linkOf(where, 'successor', o.successor);
     linkOf(where, 'guide', o.guide);
-    const answersGone = o.state === 'retired' ? 'state retired' : Array.isArray(o.brownouts) && o.brownouts.length > 0 ? 'brownouts' : undefined;
-    if (answersGone) {
-      // The documents a client finds the API, the schedule and the migration guide through must
-      // keep answering, or the 410s would point at pages that answer 410 too.
-      if (SIGNPOSTS.has(known.get(`${o.method} ${o.path}`)?.tag ?? '')) throw new LifecycleError(`${where}: the discovery documents and the schedule may be deprecated, never retired or browned out`);
-      // A missing successor is not refused here: files written before it was required hold
-      // such entries, and refusing them stopped the gateway. See unnamedSuccessor.
+    // The documents a client finds the API, the schedule and the migration guide through must
+    // keep answering, or the 410s would point at pages that answer 410 too. (A missing successor
+    // is not refused here: files written before it was required hold such entries; see
+    // unnamedSuccessor and LifecycleRegistry.replace.)
+    const answersGone = o.state === 'retired' || (Array.isArray(o.brownouts) && o.brownouts.length > 0);
+    if (answersGone && SIGNPOSTS.has(known.get(`${o.method} ${o.path}`)?.tag ?? '')) {
+      throw new LifecycleError(`${where}: the discovery documents and the schedule may be deprecated, never retired or browned out`);
     }
     if (o.brownouts !== undefined) {
       if (!Array.isArray(o.brownouts) || o.brownouts.length > MAX_BROWNOUTS) throw new LifecycleError(`${where}: brownouts must be an array of at most ${MAX_BROWNOUTS} { start, end } windows`);
