@@ -37,8 +37,8 @@ function jetStreamOff(err: unknown): boolean {
 /**
  * What waiting may cure: no answer in time, a lost connection, no responders to a record's
  * subject (its stream offline for now), JetStream without a leader (10008) or short of resources
- * for now (10023). Anything else (limits, permissions, a bucket
- * made with other settings) is a fault to fix, reported at once.
+ * for now (10023). Anything else (limits, permissions, a bucket made with other settings) is a
+ * fault to fix, reported at once.
  */
 function passing(err: unknown): boolean {
   const e = err as NatsFailure;
@@ -49,7 +49,7 @@ function passing(err: unknown): boolean {
 
 /** A create refused because the key holds a record already (JetStream's "wrong last sequence"). */
 function exists(err: unknown): boolean {
-  return (err as { api_error?: { err_code?: number } } | null)?.api_error?.err_code === 10071;
+  return (err as NatsFailure)?.api_error?.err_code === 10071;
 }
 
 export function bucket(nc: NatsConnection): Promise<KV> {

@@ -231,7 +231,7 @@ class Exchange {
     });
   }
 
-  /** The server is draining: answers tell their clients to close, and are written out paced. */
+  /** The server is draining: a small body closes its connection, a large one is waited for (writeResponse). */
   get draining(): boolean {
     return this.under.draining;
   }
