@@ -4,10 +4,11 @@
 // entries stay), and rewritten atomically when the operator plane changes an entry, so every
 // other gateway watching the same file picks the change up.
 
-import { readFileSync, renameSync, unwatchFile, watchFile, writeFileSync, existsSync, openSync, fsyncSync, closeSync, statSync, unlinkSync } from 'node:fs';
+import { readFileSync, unwatchFile, watchFile, writeFileSync, existsSync, statSync, unlinkSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { randomUUID } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
+import { replaceFile } from '../common/atomic-file.js';
 import type { Logger } from '../common/log.js';
 import { LifecycleError, type LifecycleEntry, type LifecycleRegistry } from './lifecycle.js';
 
@@ -62,15 +63,7 @@ export class LifecycleFile {
   /** Writes the entries beside the file and renames over it: readers see the old or the new file, never half. */
   write(entries: LifecycleEntry[]): void {
     const text = `${JSON.stringify(entries, null, 2)}\n`;
-    const tmp = join(dirname(this.path), `.${basename(this.path)}.${process.pid}.tmp`);
-    writeFileSync(tmp, text);
-    const fd = openSync(tmp, 'r');
-    try {
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(tmp, this.path);
+    replaceFile(this.path, text, join(dirname(this.path), `.${basename(this.path)}.${process.pid}.tmp`));
     this.lastText = text;
   }
 

@@ -5,8 +5,9 @@
 // (dir-lock.ts), so no two processes make one at once.
 
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { replaceFile } from '../common/atomic-file.js';
 
 const FILE = 'STORE_ID';
 const SHAPE = /^[0-9a-f]{32}$/;
@@ -23,14 +24,6 @@ export function storeIdOf(dir: string): string {
   const id = randomBytes(16).toString('hex');
   // Written whole or not at all: a crash leaves either no file (a new id next time, before any
   // partition was claimed with this one) or this one.
-  const tmp = `${file}.tmp`;
-  writeFileSync(tmp, `${id}\n`);
-  const fd = openSync(tmp, 'r');
-  fsyncSync(fd);
-  closeSync(fd);
-  renameSync(tmp, file);
-  const dirFd = openSync(dir, 'r');
-  fsyncSync(dirFd);
-  closeSync(dirFd);
+  replaceFile(file, `${id}\n`, `${file}.tmp`);
   return id;
 }
