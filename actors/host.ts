@@ -89,14 +89,19 @@ export interface HostOptions {
   eventRetentionMs?: number;
   /** STORAGE_MAPPED_MB in bytes: the LMDB file's pages kept mapped (storage/mapped-pages.ts); 0 or unset: no limit. */
   mappedBudgetBytes?: number;
+  /** STORAGE_RESERVE_MB in bytes: clients' writes are refused (503) once the data file's room would fall under it (storage/room.ts); unset: no guard. */
+  storageReserveBytes?: number;
+  /** How the data file's room is measured (storage/room.ts measureRoom); tests inject it. */
+  measureStorageRoom?: () => number;
   /** Webhook delivery settings; without them events are kept but not dispatched. */
   webhooks?: DispatchOptions;
 }
 
 /** The host settings that come from the environment, alike for embedded mode and actor nodes. */
-export function hostSettings(config: Config): Pick<HostOptions, 'mailboxLimit' | 'idempotencyTtlMs' | 'operationRetentionMs' | 'refundProcessingMs' | 'mappedBudgetBytes'> {
+export function hostSettings(config: Config): Pick<HostOptions, 'mailboxLimit' | 'idempotencyTtlMs' | 'operationRetentionMs' | 'refundProcessingMs' | 'mappedBudgetBytes' | 'storageReserveBytes'> {
   return {
     mappedBudgetBytes: config.storageMappedMb * 1024 * 1024,
+    storageReserveBytes: config.storageReserveMb * 1024 * 1024,
     mailboxLimit: config.mailboxLimit,
     idempotencyTtlMs: config.idempotencyTtlHours * 3600_000,
     operationRetentionMs: config.operationRetentionHours * 3600_000,
@@ -219,6 +224,8 @@ export class ActorHost implements ActorEndpoint {
             exitNow(1, `storage failed and cannot be trusted: exiting, to be started again on the data: ${inspect(err)}`, opts.log);
           }),
         mappedBudgetBytes: opts.mappedBudgetBytes,
+        reserveBytes: opts.storageReserveBytes,
+        measureRoom: opts.measureStorageRoom,
         report: (problem, err) => opts.log.warn({ err }, problem),
       });
     } catch (err) {
@@ -490,7 +497,7 @@ export class ActorHost implements ActorEndpoint {
         async () => {
           const rec = this.idem.get(id);
           if (!rec || rec.expiresAt > now) return { ok: true, value: false };
-          await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }]);
+          await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }], { essential: true });
           return { ok: true, value: true };
         },
         true,
@@ -603,7 +610,8 @@ export class ActorHost implements ActorEndpoint {
           const p = plan(this.now());
           const emitted = p?.events?.length ? eventWrites(p.events, this.events, this.deliverable) : undefined;
           const writes = emitted ? [...p!.writes, ...emitted.writes] : (p?.writes ?? []);
-          if (writes.length) await this.store.commit(writes);
+          // Work the service took on (a refund it accepted, a sweep) finishes in the storage reserve.
+          if (writes.length) await this.store.commit(writes, { essential: true });
           if (emitted?.queued) this.dispatcher?.kick();
           return p;
         }),

@@ -33,6 +33,7 @@ export interface Config {
   mailboxLimit: number;
   /** Most MB of the LMDB file's pages mapped into an actor process before they are unmapped; 0: no limit. */
   storageMappedMb: number;
+  storageReserveMb: number;
   logLevel: string;
   /** Cluster mode: this actor node's stable name and the partitions it serves. */
   nodeId: string | undefined;
@@ -134,6 +135,7 @@ export function loadConfig(env: Env = process.env): Config {
     busTimeoutMs: int(env, 'BUS_TIMEOUT_MS', 5000, 10, 120000),
     mailboxLimit: int(env, 'MAILBOX_LIMIT', 1000, 1, 1_000_000),
     storageMappedMb: int(env, 'STORAGE_MAPPED_MB', 32, 0, 1_048_576),
+    storageReserveMb: int(env, 'STORAGE_RESERVE_MB', 64, 0, 1_048_576),
     logLevel,
     nodeId: read(env, 'NODE_ID'),
     actorPartitions: read(env, 'ACTOR_PARTITIONS'),

@@ -108,16 +108,23 @@ export interface WireError {
   code: ProblemSlug;
   detail: string;
   errors?: FieldError[];
+  /** Seconds for `Retry-After`, where the answer names more than the gateway's default (an actor short of storage). */
+  retryAfter?: string;
 }
 
 export function toWire(err: ApiError): WireError {
   const w: WireError = { code: err.slug, detail: err.detail };
   if (err.extra.errors) w.errors = err.extra.errors;
+  const retryAfter = err.extra.headers?.['retry-after'];
+  if (retryAfter !== undefined) w.retryAfter = retryAfter;
   return w;
 }
 
 /** The one place a wire error becomes a typed error again. Unknown codes become 500s. */
 export function fromWire(w: WireError): ApiError {
   if (!isProblemSlug(w.code)) return new ApiError('internal', 'The request could not be completed.');
-  return new ApiError(w.code, w.detail, w.errors ? { errors: w.errors } : {});
+  const extra: ApiError['extra'] = {};
+  if (w.errors) extra.errors = w.errors;
+  if (typeof w.retryAfter === 'string' && /^\d{1,6}$/.test(w.retryAfter)) extra.headers = { 'retry-after': w.retryAfter };
+  return new ApiError(w.code, w.detail, extra);
 }

@@ -13,6 +13,8 @@ import { BoundedMap } from '../common/bounded-map.js';
 import { exitNow } from '../common/shutdown.js';
 import { deepFreeze } from '../common/freeze.js';
 import { MappedPages, NO_METER, type ReadMeter } from './mapped-pages.js';
+import { PAGE_BYTES, Room } from './room.js';
+import { ApiError } from '../common/errors.js';
 import { asBinary, open, type Binary, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
 export type IndexKey = (string | number)[];
@@ -261,7 +263,18 @@ export interface StoreOptions {
   mappedBudgetBytes?: number;
   /** Where a problem that changes nothing served is told (the mapped budget cannot be kept); by default stderr. */
   report?: (problem: string, err?: unknown) => void;
+  /**
+   * Bytes of room kept for the service's own commits (STORAGE_RESERVE_MB, storage/room.ts):
+   * clients' commits that could take the file's room under it are refused with a 503. Unset: no
+   * guard (tests of the store itself).
+   */
+  reserveBytes?: number;
+  /** How the room is measured (storage/room.ts measureRoom); tests inject it. */
+  measureRoom?: () => number;
 }
+
+/** What a commit refused for want of room answers (Store.commit). */
+const NO_ROOM_RETRY_AFTER_S = 30;
 
 /**
  * Commits in flight with none settling for this long: LMDB is probed with a read of a fresh
@@ -317,6 +330,8 @@ export class Store {
     private readonly stallProbeMs: number,
     /** Keeps the file's pages mapped within STORAGE_MAPPED_MB, when there is a budget. */
     readonly mapped: MappedPages | undefined,
+    /** Keeps clients' commits from taking the file's last room (STORAGE_RESERVE_MB), when there is a reserve. */
+    private readonly room: Room | undefined,
   ) {
     this.index = root.openDB<number, Key>({ name: 'index' });
     this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
@@ -433,7 +448,7 @@ export class Store {
   private async syncOpened(): Promise<void> {
     const opened = this.opened;
     try {
-      await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }]);
+      await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }], { essential: true });
     } catch (err) {
       // A fatal failure has been reported (and ends the node); want of room is served through.
       if (this.failedFatally) throw err;
@@ -474,7 +489,8 @@ export class Store {
     const report = opts.report ?? ((problem: string, err?: unknown) => console.error(problem, err ?? ''));
     // Linux only: /proc and madvise (README, Limits and overload).
     const mapped = opts.mappedBudgetBytes && process.platform === 'linux' ? new MappedPages({ file, budgetBytes: opts.mappedBudgetBytes, report }) : undefined;
-    return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS, mapped);
+    const room = opts.reserveBytes === undefined ? undefined : new Room({ file, reserveBytes: opts.reserveBytes, measure: opts.measureRoom, report });
+    return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS, mapped, room);
   }
 
   /**
@@ -539,11 +555,23 @@ export class Store {
    * writes queued in one event-loop turn into one LMDB commit and one fsync (group commit), on
    * its write thread, so reads keep being served while the disk syncs.
    */
-  async commit(writes: Write<unknown>[]): Promise<void> {
+  async commit(writes: Write<unknown>[], how: { essential?: boolean } = {}): Promise<void> {
     if (this.closed) throw new Error('store is closed');
     // Every key and value is worked out before the first is queued, so nothing this process
     // computes can fail between two of a commit's puts.
     const { list, keysFit } = this.plan(writes);
+    const cost = this.room ? commitCost(list) : 0;
+    if (this.room && !this.room.admit(cost, how.essential === true)) {
+      throw new ApiError('unavailable', 'The service is short of storage: this write was not made. Retry later.', { headers: { 'retry-after': String(NO_ROOM_RETRY_AFTER_S) } });
+    }
+    try {
+      await this.commitPlanned(writes, list, keysFit);
+    } finally {
+      this.room?.settled(cost);
+    }
+  }
+
+  private async commitPlanned(writes: Write<unknown>[], list: Op[], keysFit: boolean): Promise<void> {
     if (this.inFlight++ === 0) this.progressAt = performance.now();
     for (const w of writes) w.table.changeStarted(w.id);
     let release: (() => void) | undefined;
@@ -763,6 +791,23 @@ function isOrphanedCommitFailure(reason: unknown): boolean {
   if (typeof reason !== 'object' || reason === null || answeredFailures.has(reason)) return false;
   const cause = (reason as { commitError?: unknown }).commitError;
   return typeof cause === 'object' && cause !== null && failedCauses.has(cause);
+}
+
+/**
+ * How much a commit may grow LMDB's file, erring high: each record's bytes (a whole page run for
+ * one over half a page, which LMDB stores on overflow pages of its own) and key, and for each
+ * table it touches the copy-on-write of a path from root to leaf, plus the free list and the
+ * meta page. LMDB's pages a delete frees are used again before the file grows.
+ */
+export function commitCost(list: readonly { db: unknown; key: Key; bytes?: Uint8Array }[]): number {
+  let bytes = 0;
+  const dbs = new Set<unknown>();
+  for (const op of list) {
+    dbs.add(op.db);
+    const n = op.bytes?.length ?? 0;
+    bytes += (n > PAGE_BYTES / 2 ? Math.ceil((n + 16) / PAGE_BYTES) * PAGE_BYTES : n) + keyBound([op.key].flat() as (string | number)[]) + 16;
+  }
+  return bytes + PAGE_BYTES * (4 * dbs.size + 2);
 }
 
 /** Whether `keys` holds a key equal to `k`, element by element (a record has a handful). */

@@ -47,6 +47,16 @@ test('IDEMPOTENCY_TTL_HOURS reaches the actor host as milliseconds, 24 hours by 
   }
 });
 
+test('STORAGE_RESERVE_MB reaches the actor host as bytes, 64 MB by default', (t) => {
+  t.is(hostSettings(loadConfig({})).storageReserveBytes, 64 * 1024 * 1024);
+  t.is(hostSettings(loadConfig({ STORAGE_RESERVE_MB: '0' })).storageReserveBytes, 0);
+  t.is(hostSettings(loadConfig({ STORAGE_RESERVE_MB: '1' })).storageReserveBytes, 1024 * 1024);
+  for (const value of ['-1', '1.5', 'lots', '']) {
+    const err = t.throws(() => loadConfig({ STORAGE_RESERVE_MB: value }), { instanceOf: ConfigError });
+    t.regex(err.message, /STORAGE_RESERVE_MB/, value);
+  }
+});
+
 test('STORAGE_MAPPED_MB reaches the actor host as bytes, 32 MB by default, 0 for no limit', (t) => {
   t.is(hostSettings(loadConfig({})).mappedBudgetBytes, 32 * 1024 * 1024);
   t.is(hostSettings(loadConfig({ STORAGE_MAPPED_MB: '0' })).mappedBudgetBytes, 0);

@@ -1,7 +1,10 @@
-// A full disk fails the writes whose commit LMDB cannot make, and nothing else: the process keeps
-// serving, every write it acknowledged is still there, it shuts down cleanly, and once there is
-// room again writes succeed. The real service runs as a child process whose files
-// may not grow past a few megabytes (RLIMIT_FSIZE), so its LMDB file fills as a disk would.
+// A disk about to fill refuses clients' writes before LMDB can meet the full disk
+// (storage/room.ts): each is answered 503 with Retry-After and changes nothing, LMDB never meets a
+// failed write, the process keeps serving, every write it acknowledged is still there, it shuts
+// down cleanly, and once there is room again writes succeed. The real service runs as a child
+// process whose files may not grow past a few megabytes (RLIMIT_FSIZE), so its LMDB file fills
+// as a disk would; STORAGE_RESERVE_MB is 1 to fit it. A commit LMDB itself fails is covered in
+// test/storage-fatal.test.ts.
 
 import anyTest, { type TestFn } from 'ava';
 import { Pool } from 'undici';
@@ -16,14 +19,14 @@ const MAX_REQUESTS = 8000;
 
 useChildren(test, 'disk-full');
 
-test.serial('a full disk fails the writes it cannot hold with 500 problems; the process serves on and keeps every acknowledged write', async (t) => {
+test.serial('a disk about to fill refuses clients\' writes with 503 and Retry-After before LMDB meets it; the process serves on and keeps every acknowledged write', async (t) => {
   const tok = await token(SECRET, 'orders:read orders:write', { tenant: 'full' });
   const auth = { authorization: `Bearer ${tok}` };
   const json = { ...auth, 'content-type': 'application/json' };
-  const full = await startChild(t.context.children, t.context.dir, SECRET, {}, { fileSizeLimit: LIMIT_BYTES });
+  const full = await startChild(t.context.children, t.context.dir, SECRET, { STORAGE_RESERVE_MB: '1' }, { fileSizeLimit: LIMIT_BYTES });
   const pool = new Pool(full.url, { connections: PARALLEL });
   const acked = new Map<string, string>();
-  const refused: { status: number; type: unknown }[] = [];
+  const refused: { status: number; type: unknown; retryAfter: unknown }[] = [];
   try {
     // Big notes, so the file reaches its limit within a few hundred orders.
     for (let sent = 0; sent < MAX_REQUESTS && refused.length < 16; sent += PARALLEL) {
@@ -33,18 +36,26 @@ test.serial('a full disk fails the writes it cannot hold with 500 problems; the 
           const res = await pool.request({ path: '/v1/orders', method: 'POST', headers: json, body: JSON.stringify({ currency: 'EUR', note }) });
           const body = (await res.body.json()) as { id?: string; type?: unknown };
           if (res.statusCode === 201) acked.set(body.id!, note);
-          else refused.push({ status: res.statusCode, type: body.type });
+          else refused.push({ status: res.statusCode, type: body.type, retryAfter: res.headers['retry-after'] });
         }),
       );
     }
     t.true(acked.size > 0, 'writes succeed until the disk is full');
     t.true(refused.length > 0, `the disk filled within ${MAX_REQUESTS} creates`);
     t.deepEqual(
-      refused.filter((r) => r.status !== 500 || r.type !== '/problems/internal'),
+      refused.filter((r) => r.status !== 503 || r.type !== '/problems/unavailable' || r.retryAfter !== '30'),
       [],
-      'a write the disk cannot hold is answered 500 internal',
+      'a write refused for want of room is answered 503 unavailable, Retry-After: 30',
     );
     t.is(full.child.exitCode, null, 'the process is still running');
+    t.regex(full.report(), /storage is short of room/, 'the shortage is logged');
+    t.notRegex(full.report(), /Write error|Commit failed/, 'LMDB never met the full disk');
+
+    // A keyed write refused is not kept: its retry, once there is room, runs (below).
+    const keyed = { ...json, 'idempotency-key': 'disk-full-keyed' };
+    const first = await pool.request({ path: '/v1/orders', method: 'POST', headers: keyed, body: '{"currency":"EUR","note":"keyed"}' });
+    await first.body.dump();
+    t.is(first.statusCode, 503);
 
     for (const [id, note] of acked) {
       const res = await pool.request({ path: `/v1/orders/${id}`, method: 'GET', headers: auth });
@@ -52,12 +63,6 @@ test.serial('a full disk fails the writes it cannot hold with 500 problems; the 
       if (res.statusCode !== 200 || body.note !== note) t.fail(`${id}: ${res.statusCode}`);
     }
 
-    // A small write may still fit in pages earlier commits freed (once no snapshot still read
-    // holds them): either way it is answered, 201 or 500.
-    const small = await pool.request({ path: '/v1/orders', method: 'POST', headers: json, body: '{"currency":"EUR"}' });
-    const created = (await small.body.json()) as { id: string };
-    t.true(small.statusCode === 201 || small.statusCode === 500, String(small.statusCode));
-    if (small.statusCode === 201) acked.set(created.id, '');
   } catch (error) {
     // A dropped connection says little by itself: say how the child fared.
     throw new Error(`${String(error)}\n${full.report()}`, { cause: error });
@@ -80,10 +85,14 @@ test.serial('a full disk fails the writes it cannot hold with 500 problems; the 
       if (res.statusCode !== 200) missing.push(id);
     }
     t.deepEqual(missing, [], 'acknowledged orders lost');
-    // With room again, writes succeed.
+    // With room again, writes succeed, and the keyed write refused before runs now.
     const later = await reader.request({ path: '/v1/orders', method: 'POST', headers: json, body: '{"currency":"EUR"}' });
     await later.body.dump();
     t.is(later.statusCode, 201);
+    const retried = await reader.request({ path: '/v1/orders', method: 'POST', headers: { ...json, 'idempotency-key': 'disk-full-keyed' }, body: '{"currency":"EUR","note":"keyed"}' });
+    await retried.body.dump();
+    t.is(retried.statusCode, 201);
+    t.is(retried.headers['idempotent-replayed'], undefined);
   } finally {
     await reader.close();
   }

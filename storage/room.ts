@@ -1,0 +1,131 @@
+// How much the LMDB file may still grow, and whether a commit fits in it with STORAGE_RESERVE_MB
+// to spare. Writes are refused (503) before the file can meet a full disk or the process's
+// file-size limit, for two reasons:
+//  - LMDB meets no room as a failed page write, and lmdb-js 3.5 formats that failure's message
+//    into a 100-byte heap buffer with sprintf (mdb.c, mdb_page_flush). Past about 1 GB of file, or
+//    with the stale sizes of an earlier write in its message, the text is longer than that, and
+//    the overrun corrupts the process's heap (seen: glibc aborting with "corrupted size vs.
+//    prev_size" on the next failed write).
+//  - The reserve left over is the service's own: a refund it accepted, a webhook delivery's
+//    outcome and the sweeps that free pages still commit when clients' writes no longer may.
+// The figure is measured (free blocks of the file system, and RLIMIT_FSIZE less the file's size)
+// at most once a second, and again whenever the writes admitted since would take it under the
+// line; between two measures each admitted commit counts as its estimated growth (commitCost).
+// LMDB reuses the pages deletes free without growing, so the estimate errs high.
+
+import { readFileSync, statfsSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { performance } from 'node:perf_hooks';
+
+/** A measure at least this often while writes come. */
+const MEASURE_EVERY_MS = 1000;
+/** While a shortfall is found, measured again at most this often: a refused write costs no syscall. */
+const REMEASURE_AFTER_MS = 100;
+
+/** LMDB's page size on Linux x86-64 and arm64 (lmdb-js opens with the OS page size). */
+export const PAGE_BYTES = 4096;
+
+export interface RoomOptions {
+  /** The LMDB file. */
+  file: string;
+  /** Bytes kept free for the service's own commits: clients' writes are refused below it. */
+  reserveBytes: number;
+  /** Bytes the file may still grow by now; by default measured (measureRoom). Tests inject it. */
+  measure?: () => number;
+  /** Told once each time the room falls under the reserve, and once when it is back. */
+  report?: (problem: string, err?: unknown) => void;
+}
+
+export class Room {
+  private readonly reserve: number;
+  private readonly measure: () => number;
+  private readonly report: (problem: string, err?: unknown) => void;
+  /** What the last measure found. */
+  private room = Infinity;
+  /** Estimated growth admitted since that measure. */
+  private spent = 0;
+  /** Estimated growth admitted and not yet settled: not in the file's size when measured. */
+  private pending = 0;
+  private measuredAt = -Infinity;
+  private short = false;
+
+  constructor(opts: RoomOptions) {
+    this.reserve = opts.reserveBytes;
+    const limit = fileSizeLimit();
+    this.measure = opts.measure ?? (() => measureRoom(opts.file, limit));
+    this.report = opts.report ?? ((problem, err) => console.error(problem, err ?? ''));
+  }
+
+  /**
+   * Whether a commit that may grow the file by `cost` bytes goes ahead: a client's while the
+   * reserve stays whole, the service's own (`essential`) while anything is left. Admitted, its
+   * cost counts until `settled`.
+   */
+  admit(cost: number, essential: boolean): boolean {
+    const floor = essential ? 0 : this.reserve;
+    const now = performance.now();
+    const stale = now - this.measuredAt >= MEASURE_EVERY_MS;
+    if (stale || (this.room - this.spent - cost < floor && now - this.measuredAt >= REMEASURE_AFTER_MS)) this.measureNow(now);
+    if (this.room - this.spent - cost < floor) {
+      if (!essential && !this.short) {
+        this.short = true;
+        this.report(`storage is short of room: ${mb(Math.max(0, this.room - this.spent))} MB left for the data file, under the reserve of ${mb(this.reserve)} MB (STORAGE_RESERVE_MB); clients' writes are answered 503 until there is room`);
+      }
+      return false;
+    }
+    if (!essential && this.short) {
+      this.short = false;
+      this.report(`storage has room again: ${mb(this.room - this.spent)} MB left for the data file; writes are taken`);
+    }
+    this.spent += cost;
+    this.pending += cost;
+    return true;
+  }
+
+  /** A commit admitted with `cost` is done, applied or not: from the next measure on, the file's size tells. */
+  settled(cost: number): void {
+    this.pending -= cost;
+  }
+
+  private measureNow(now: number): void {
+    this.measuredAt = now;
+    try {
+      this.room = this.measure();
+    } catch (err) {
+      // Nothing to go by (the file system does not say): the writes go ahead, as without a guard.
+      this.room = Infinity;
+      this.report('storage room could not be measured; writes are not held back', err);
+    }
+    this.spent = this.pending;
+  }
+}
+
+/** Bytes `file` may still grow by: the file system's free blocks, and the file-size limit less its size. */
+export function measureRoom(file: string, sizeLimit: number): number {
+  const fs = statfsSync(dirname(file));
+  const free = fs.bavail * fs.bsize;
+  return sizeLimit === Infinity ? free : Math.min(free, sizeLimit - statSync(file).size);
+}
+
+/**
+ * The process's file-size limit (RLIMIT_FSIZE, the soft one) in bytes, from /proc/self/limits;
+ * Infinity when unlimited or where there is no /proc. A write past it fails as a full disk would.
+ */
+export function fileSizeLimit(limits = readLimits()): number {
+  const m = /^Max file size\s+(\S+)/m.exec(limits);
+  if (!m || m[1] === 'unlimited') return Infinity;
+  const n = Number(m[1]);
+  return Number.isFinite(n) && n >= 0 ? n : Infinity;
+}
+
+function readLimits(): string {
+  try {
+    return readFileSync('/proc/self/limits', 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+function mb(bytes: number): string {
+  return (bytes / 1048576).toFixed(1);
+}
