@@ -434,7 +434,7 @@ export class Dispatcher {
     // an outcome stored, only after this commit was queued: lmdb-js commits in queue order.
     if (jobs.length) void this.sendAll(jobs);
     try {
-      if (writes.length) await this.store.commit(writes, { essential: true });
+      if (writes.length) await this.store.commit(writes, { tier: 'webhooks' });
     } catch (err) {
       // What the workers got is not stored: they drop what they have not taken yet (freshOf),
       // and each event is fanned out again once its first attempts are done. The rows this
@@ -1056,7 +1056,7 @@ export class Dispatcher {
             this.store
               .commit(
                 batch.map((o) => o.write),
-                { essential: true },
+                { tier: 'webhooks' },
               )
               .then(
                 () => batch.forEach((o) => o.done()),

@@ -23,7 +23,7 @@ async function sweepOlder(store: Store, table: Table<unknown>, prefix: IndexKey,
       writes.push({ table, id, before: table.get(id), after: undefined });
     }
     if (!writes.length) return removed;
-    await store.commit(writes, { essential: true });
+    await store.commit(writes, { tier: 'service' });
     removed += writes.length;
     if (writes.length < chunk) return removed;
   }

@@ -497,7 +497,7 @@ export class ActorHost implements ActorEndpoint {
         async () => {
           const rec = this.idem.get(id);
           if (!rec || rec.expiresAt > now) return { ok: true, value: false };
-          await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }], { essential: true });
+          await this.store.commit([{ table: this.idem as Table<unknown>, id, before: rec, after: undefined }], { tier: 'service' });
           return { ok: true, value: true };
         },
         true,
@@ -611,7 +611,7 @@ export class ActorHost implements ActorEndpoint {
           const emitted = p?.events?.length ? eventWrites(p.events, this.events, this.deliverable) : undefined;
           const writes = emitted ? [...p!.writes, ...emitted.writes] : (p?.writes ?? []);
           // Work the service took on (a refund it accepted, a sweep) finishes in the storage reserve.
-          if (writes.length) await this.store.commit(writes, { essential: true });
+          if (writes.length) await this.store.commit(writes, { tier: 'service' });
           if (emitted?.queued) this.dispatcher?.kick();
           return p;
         }),

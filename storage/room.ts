@@ -6,8 +6,11 @@
 //    with the stale sizes of an earlier write in its message, the text is longer than that, and
 //    the overrun corrupts the process's heap (seen: glibc aborting with "corrupted size vs.
 //    prev_size" on the next failed write).
-//  - The reserve left over is the service's own: a refund it accepted, a webhook delivery's
-//    outcome and the sweeps that free pages still commit when clients' writes no longer may.
+//  - The reserve left over is the service's own, in tiers (ROOM_TIERS): webhook deliveries may
+//    take half of it, and the service's own work (a refund it accepted, the sweeps that free
+//    pages) three quarters, so each still commits when clients' writes no longer may. The last
+//    quarter is a margin for what the estimate misses (msgpackr's record shapes, the store's own
+//    small commits).
 // The figure is measured (free blocks of the file system, and RLIMIT_FSIZE less the file's size)
 // at most once a second, and again whenever the writes admitted since would take it under the
 // line; between two measures each admitted commit counts as its estimated growth (commitCost).
@@ -19,11 +22,26 @@ import { performance } from 'node:perf_hooks';
 
 /** A measure at least this often while writes come. */
 const MEASURE_EVERY_MS = 1000;
-/** While a shortfall is found, measured again at most this often: a refused write costs no syscall. */
+/**
+ * While a shortfall is found, measured again once a commit admitted has settled since (the file's
+ * size then tells what it took, usually far less than its estimate), or else at most this often:
+ * a write refused while nothing changes costs no syscall.
+ */
 const REMEASURE_AFTER_MS = 100;
 
 /** LMDB's page size on Linux x86-64 and arm64 (lmdb-js opens with the OS page size). */
 export const PAGE_BYTES = 4096;
+
+/**
+ * Whose commit it is, and so how much of the reserve it may take: the share of the reserve that
+ * must be left after it. Webhook deliveries grow with the endpoints clients register (a tenant
+ * may hold 1000), so they stop before the service's own work does.
+ */
+export const ROOM_TIERS = { client: 1, webhooks: 1 / 2, service: 1 / 4 } as const;
+export type RoomTier = keyof typeof ROOM_TIERS;
+
+/** A shortage is told at most this often, with the writes refused since. */
+const SHORT_REPORT_EVERY_MS = 60_000;
 
 export interface RoomOptions {
   /** The LMDB file. */
@@ -46,8 +64,13 @@ export class Room {
   private spent = 0;
   /** Estimated growth admitted and not yet settled: not in the file's size when measured. */
   private pending = 0;
+  /** A commit settled since the last measure. */
+  private settledSince = false;
   private measuredAt = -Infinity;
+  /** Clients' writes are being refused: told once, and again once the room is back past the reserve and a quarter. */
   private short = false;
+  private shortReportedAt = -Infinity;
+  private refusedSinceReport = 0;
 
   constructor(opts: RoomOptions) {
     this.reserve = opts.reserveBytes;
@@ -57,38 +80,48 @@ export class Room {
   }
 
   /**
-   * Whether a commit that may grow the file by `cost` bytes goes ahead: a client's while the
-   * reserve stays whole, the service's own (`essential`) while anything is left. Admitted, its
-   * cost counts until `settled`.
+   * Whether a commit that may grow the file by `cost` bytes goes ahead: while the share of the
+   * reserve its tier must leave stays whole. Admitted, its cost counts until `settled`.
    */
-  admit(cost: number, essential: boolean): boolean {
-    const floor = essential ? 0 : this.reserve;
+  admit(cost: number, tier: RoomTier): boolean {
+    const floor = this.reserve * ROOM_TIERS[tier];
     const now = performance.now();
     const stale = now - this.measuredAt >= MEASURE_EVERY_MS;
-    if (stale || (this.room - this.spent - cost < floor && now - this.measuredAt >= REMEASURE_AFTER_MS)) this.measureNow(now);
-    if (this.room - this.spent - cost < floor) {
-      if (!essential && !this.short) {
-        this.short = true;
-        this.report(`storage is short of room: ${mb(Math.max(0, this.room - this.spent))} MB left for the data file, under the reserve of ${mb(this.reserve)} MB (STORAGE_RESERVE_MB); clients' writes are answered 503 until there is room`);
-      }
+    if (stale || (this.room - this.spent - cost < floor && (this.settledSince || now - this.measuredAt >= REMEASURE_AFTER_MS))) this.measureNow(now);
+    const left = this.room - this.spent - cost;
+    if (left < floor) {
+      if (tier === 'client') this.refused(now);
       return false;
     }
-    if (!essential && this.short) {
+    if (tier === 'client' && this.short && left >= this.reserve * 1.25) {
       this.short = false;
-      this.report(`storage has room again: ${mb(this.room - this.spent)} MB left for the data file; writes are taken`);
+      this.report(`storage has room again: ${mb(left)} MB left for the data file; writes are taken`);
     }
     this.spent += cost;
     this.pending += cost;
     return true;
   }
 
+  private refused(now: number): void {
+    this.refusedSinceReport++;
+    if (this.short && now - this.shortReportedAt < SHORT_REPORT_EVERY_MS) return;
+    this.short = true;
+    this.shortReportedAt = now;
+    this.report(
+      `storage is short of room: ${mb(Math.max(0, this.room - this.spent))} MB left for the data file, under the reserve of ${mb(this.reserve)} MB (STORAGE_RESERVE_MB); clients' writes are answered 503 until there is room (${this.refusedSinceReport} refused)`,
+    );
+    this.refusedSinceReport = 0;
+  }
+
   /** A commit admitted with `cost` is done, applied or not: from the next measure on, the file's size tells. */
   settled(cost: number): void {
     this.pending -= cost;
+    this.settledSince = true;
   }
 
   private measureNow(now: number): void {
     this.measuredAt = now;
+    this.settledSince = false;
     try {
       this.room = this.measure();
     } catch (err) {

@@ -13,7 +13,7 @@ import { BoundedMap } from '../common/bounded-map.js';
 import { exitNow } from '../common/shutdown.js';
 import { deepFreeze } from '../common/freeze.js';
 import { MappedPages, NO_METER, type ReadMeter } from './mapped-pages.js';
-import { PAGE_BYTES, Room } from './room.js';
+import { PAGE_BYTES, Room, type RoomTier } from './room.js';
 import { ApiError } from '../common/errors.js';
 import { asBinary, open, type Binary, type Database, type Key, type RootDatabase, type RootDatabaseOptionsWithPath } from 'lmdb';
 
@@ -448,7 +448,7 @@ export class Store {
   private async syncOpened(): Promise<void> {
     const opened = this.opened;
     try {
-      await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }], { essential: true });
+      await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }], { tier: 'service' });
     } catch (err) {
       // A fatal failure has been reported (and ends the node); want of room is served through.
       if (this.failedFatally) throw err;
@@ -553,15 +553,17 @@ export class Store {
   /**
    * Commits the writes in one transaction and resolves once it is on disk. lmdb-js joins the
    * writes queued in one event-loop turn into one LMDB commit and one fsync (group commit), on
-   * its write thread, so reads keep being served while the disk syncs.
+   * its write thread, so reads keep being served while the disk syncs. With a reserve, a commit
+   * that could take the file's room under its `tier`'s share of it (a client's by default) is
+   * refused before anything is queued, with a 503 (storage/room.ts).
    */
-  async commit(writes: Write<unknown>[], how: { essential?: boolean } = {}): Promise<void> {
+  async commit(writes: Write<unknown>[], how: { tier?: RoomTier } = {}): Promise<void> {
     if (this.closed) throw new Error('store is closed');
     // Every key and value is worked out before the first is queued, so nothing this process
     // computes can fail between two of a commit's puts.
     const { list, keysFit } = this.plan(writes);
     const cost = this.room ? commitCost(list) : 0;
-    if (this.room && !this.room.admit(cost, how.essential === true)) {
+    if (this.room && !this.room.admit(cost, how.tier ?? 'client')) {
       throw new ApiError('unavailable', 'The service is short of storage: this write was not made. Retry later.', { headers: { 'retry-after': String(NO_ROOM_RETRY_AFTER_S) } });
     }
     try {
@@ -794,10 +796,13 @@ function isOrphanedCommitFailure(reason: unknown): boolean {
 }
 
 /**
- * How much a commit may grow LMDB's file, erring high: each record's bytes (a whole page run for
- * one over half a page, which LMDB stores on overflow pages of its own) and key, and for each
- * table it touches the copy-on-write of a path from root to leaf, plus the free list and the
- * meta page. LMDB's pages a delete frees are used again before the file grows.
+ * How much a commit may grow LMDB's file, erring high. Each put or remove copies the leaf page it
+ * lands on (copy-on-write; a page freed is used again only once no reader's snapshot holds it,
+ * and lmdb-js keeps one open), so each costs a page, plus its record's bytes (a whole page run
+ * for one over half a page, which LMDB stores on overflow pages of its own) and key. Each table
+ * it touches adds the copy of a path of branch pages, and the commit the free list and the meta
+ * page. A thousand scattered updates of small records grew a 40k-record file by about a page
+ * each, deletes by one and a half; inserts by less.
  */
 export function commitCost(list: readonly { db: unknown; key: Key; bytes?: Uint8Array }[]): number {
   let bytes = 0;
@@ -805,7 +810,7 @@ export function commitCost(list: readonly { db: unknown; key: Key; bytes?: Uint8
   for (const op of list) {
     dbs.add(op.db);
     const n = op.bytes?.length ?? 0;
-    bytes += (n > PAGE_BYTES / 2 ? Math.ceil((n + 16) / PAGE_BYTES) * PAGE_BYTES : n) + keyBound([op.key].flat() as (string | number)[]) + 16;
+    bytes += 2 * PAGE_BYTES + (n > PAGE_BYTES / 2 ? Math.ceil((n + 16) / PAGE_BYTES) * PAGE_BYTES : n) + keyBound([op.key].flat() as (string | number)[]);
   }
   return bytes + PAGE_BYTES * (4 * dbs.size + 2);
 }
