@@ -806,13 +806,16 @@ function isOrphanedCommitFailure(reason: unknown): boolean {
  */
 export function commitCost(list: readonly { db: unknown; key: Key; bytes?: Uint8Array }[]): number {
   let bytes = 0;
-  const dbs = new Set<unknown>();
+  // A commit touches two or three tables.
+  const dbs: unknown[] = [];
   for (const op of list) {
-    dbs.add(op.db);
+    if (!dbs.includes(op.db)) dbs.push(op.db);
     const n = op.bytes?.length ?? 0;
-    bytes += 2 * PAGE_BYTES + (n > PAGE_BYTES / 2 ? Math.ceil((n + 16) / PAGE_BYTES) * PAGE_BYTES : n) + keyBound([op.key].flat() as (string | number)[]);
+    const key = op.key;
+    const keyBytes = typeof key === 'string' ? 3 * key.length + 2 : Array.isArray(key) ? keyBound(key as (string | number)[]) : 10;
+    bytes += 2 * PAGE_BYTES + (n > PAGE_BYTES / 2 ? Math.ceil((n + 16) / PAGE_BYTES) * PAGE_BYTES : n) + keyBytes;
   }
-  return bytes + PAGE_BYTES * (4 * dbs.size + 2);
+  return bytes + PAGE_BYTES * (4 * dbs.length + 2);
 }
 
 /** Whether `keys` holds a key equal to `k`, element by element (a record has a handful). */
