@@ -60,6 +60,8 @@ export interface DispatchOptions {
   maxHandedOver?: number;
   /** Signs deliveries (tests put one in that fails). */
   signer?: Signer;
+  /** How long sends wait while storage is short of room (NO_ROOM_RETRY_MS; tests shorten it). */
+  noRoomRetryMs?: number;
 }
 
 /**
@@ -124,6 +126,14 @@ const FANOUT_CHUNK = 64;
 const PER_ENDPOINT = 16;
 const ENDPOINT_CACHE_MS = 2000;
 const RETRY_AFTER_FAILURE_MS = 1000;
+/**
+ * While storage is short of room for webhook deliveries (storage/room.ts), nothing is sent, and
+ * the pump and the workers look again this much later: a delivery sent whose outcome could not be
+ * stored would be sent again, however its receiver answered.
+ */
+const NO_ROOM_RETRY_MS = 30_000;
+/** The room asked for before a pass sends anything: a chunk of fan-outs or a worker's batch, with their outcomes. */
+const SEND_ROOM_BYTES = 1024 * 1024;
 /**
  * A fan-out that keeps failing is retried every RETRY_AFTER_FAILURE_MS, but logged once this
  * often, with how many times it failed since: an owner down for an hour is 60 lines, not 3,600.
@@ -201,6 +211,9 @@ export class Dispatcher {
   /** Fresh deliveries held by all workers together (`Worker.fresh`), bounded by MAX_HANDED_OVER. */
   private handedOverCount = 0;
 
+  /** start() was called: until then nothing is sent. */
+  private started = false;
+
   constructor(
     private readonly store: Store,
     private readonly opts: DispatcherSettings,
@@ -218,6 +231,7 @@ export class Dispatcher {
 
   /** Resumes what a previous process left: the outbox, and every pending delivery. */
   start(): void {
+    this.started = true;
     this.kick();
     let after: [number | string, string] | undefined;
     for (;;) {
@@ -237,7 +251,8 @@ export class Dispatcher {
 
   /** Something was added to the outbox: fan it out soon. */
   kick(): void {
-    if (this.closing) return;
+    // Before start() (HostOptions.deferJobs) events only wait in the outbox: start() goes over it.
+    if (this.closing || !this.started) return;
     if (this.pumping) {
       this.pumpAgain = true;
       return;
@@ -318,6 +333,7 @@ export class Dispatcher {
         let kept = 0;
         for (;;) {
           if (this.closing) return;
+          if (!this.store.hasRoom('webhooks', SEND_ROOM_BYTES)) throw new ShortOfRoom();
           const rows = this.store.scan(this.outbox as Table<unknown>, { prefix: [], after, reverse: false, limit: FANOUT_CHUNK });
           if (!rows.length) break;
           kept += await this.fanOut(rows.map((r) => r.id));
@@ -332,11 +348,15 @@ export class Dispatcher {
       this.fullPassDue = true;
       // Events waiting for an owner that does not answer are an outage elsewhere, not a fault here.
       if (err instanceof WaitingForOwner) this.logRepeated('warn', { waiting: err.waiting }, 'webhook events wait for their endpoints\' owner; retrying');
+      else if (err instanceof ShortOfRoom) this.logRepeated('warn', {}, 'webhook events wait for room in storage (STORAGE_RESERVE_MB); retrying');
       else this.logRepeated('error', { err }, 'webhook fan-out failed; retrying');
-      this.pumpTimer = setTimeout(() => {
-        this.pumping = false;
-        this.kick();
-      }, RETRY_AFTER_FAILURE_MS).unref();
+      this.pumpTimer = setTimeout(
+        () => {
+          this.pumping = false;
+          this.kick();
+        },
+        err instanceof ShortOfRoom ? (this.opts.noRoomRetryMs ?? NO_ROOM_RETRY_MS) : RETRY_AFTER_FAILURE_MS,
+      ).unref();
     }
   }
 
@@ -615,6 +635,10 @@ export class Dispatcher {
         w.again = false;
         for (;;) {
           if (this.closing) return;
+          if (!this.store.hasRoom('webhooks', SEND_ROOM_BYTES)) {
+            retryIn = this.opts.noRoomRetryMs ?? NO_ROOM_RETRY_MS;
+            break;
+          }
           const now = this.host.now();
           const handedOver = w.fresh.length > 0;
           const records = handedOver ? this.freshOf(w) : this.dueOf(endpointId, w, now);
@@ -1090,6 +1114,13 @@ const MAX_FRESH = 1024;
 const MAX_HANDED_OVER = 16 * 1024;
 
 /** A fan-out pass that left events in the outbox because their endpoints' owner did not answer. */
+/** Storage is short of room for webhook deliveries: the pump waits (NO_ROOM_RETRY_MS). */
+class ShortOfRoom extends Error {
+  constructor() {
+    super('storage is short of room for webhook deliveries');
+  }
+}
+
 class WaitingForOwner extends Error {
   constructor(readonly waiting: number) {
     super(`${waiting} events wait for their endpoints' owner`);

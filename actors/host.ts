@@ -527,14 +527,18 @@ export class ActorHost implements ActorEndpoint {
       while (!this.closing) {
         const now = this.now();
         const due = this.store.scan(table, { prefix, after: undefined, reverse: false, limit: SWEEP_BATCH }).filter(({ v }) => typeof v === 'number' && v <= now);
+        let short = 0;
         const gone = await Promise.all(
           due.map(({ id }) =>
             remove(id, now).catch((err: unknown) => {
-              this.opts.log.warn({ err, table: name }, 'a sweep could not remove an expired entry');
+              // Want of room is told once by the store; each entry waits for the next sweep.
+              if (err instanceof ApiError && err.slug === 'unavailable') short++;
+              else this.opts.log.warn({ err, table: name }, 'a sweep could not remove an expired entry');
               return false;
             }),
           ),
         );
+        if (short > 0) this.opts.log.warn({ table: name, entries: short }, 'a sweep waits for room in storage (STORAGE_RESERVE_MB)');
         const count = gone.filter(Boolean).length;
         removed += count;
         if (due.length < SWEEP_BATCH || count === 0) break;

@@ -35,9 +35,10 @@ export const PAGE_BYTES = 4096;
 /**
  * Whose commit it is, and so how much of the reserve it may take: the share of the reserve that
  * must be left after it. Webhook deliveries grow with the endpoints clients register (a tenant
- * may hold 1000), so they stop before the service's own work does.
+ * may hold 1000), so they stop before the service's own work does. `store` is the store's own
+ * commit of a few pages as it opens, which makes what an earlier process left durable.
  */
-export const ROOM_TIERS = { client: 1, webhooks: 1 / 2, service: 1 / 4 } as const;
+export const ROOM_TIERS = { client: 1, webhooks: 1 / 2, service: 1 / 4, store: 0 } as const;
 export type RoomTier = keyof typeof ROOM_TIERS;
 
 /** A shortage is told at most this often, with the writes refused since. */
@@ -84,22 +85,32 @@ export class Room {
    * reserve its tier must leave stays whole. Admitted, its cost counts until `settled`.
    */
   admit(cost: number, tier: RoomTier): boolean {
-    const floor = this.reserve * ROOM_TIERS[tier];
     const now = performance.now();
-    const stale = now - this.measuredAt >= MEASURE_EVERY_MS;
-    if (stale || (this.room - this.spent - cost < floor && (this.settledSince || now - this.measuredAt >= REMEASURE_AFTER_MS))) this.measureNow(now);
-    const left = this.room - this.spent - cost;
-    if (left < floor) {
+    const left = this.left(cost, tier, now);
+    if (left < 0) {
       if (tier === 'client') this.refused(now);
       return false;
     }
-    if (tier === 'client' && this.short && left >= this.reserve * 1.25) {
+    if (tier === 'client' && this.short && left >= this.reserve / 4) {
       this.short = false;
-      this.report(`storage has room again: ${mb(left)} MB left for the data file; writes are taken`);
+      this.report(`storage has room again: ${mb(this.room - this.spent)} MB left for the data file; writes are taken`);
     }
     this.spent += cost;
     this.pending += cost;
     return true;
+  }
+
+  /** Whether a commit of `cost` in `tier` would be admitted now; nothing is counted. */
+  has(cost: number, tier: RoomTier): boolean {
+    return this.left(cost, tier, performance.now()) >= 0;
+  }
+
+  /** What would be left over the tier's floor after `cost`, measured again first if due. */
+  private left(cost: number, tier: RoomTier, now: number): number {
+    const floor = this.reserve * ROOM_TIERS[tier];
+    const stale = now - this.measuredAt >= MEASURE_EVERY_MS;
+    if (stale || (this.room - this.spent - cost < floor && (this.settledSince || now - this.measuredAt >= REMEASURE_AFTER_MS))) this.measureNow(now);
+    return this.room - this.spent - cost - floor;
   }
 
   private refused(now: number): void {

@@ -332,6 +332,8 @@ export class Store {
     readonly mapped: MappedPages | undefined,
     /** Keeps clients' commits from taking the file's last room (STORAGE_RESERVE_MB), when there is a reserve. */
     private readonly room: Room | undefined,
+    /** Where a problem that changes nothing served is told (StoreOptions.report). */
+    private readonly report: (problem: string, err?: unknown) => void,
   ) {
     this.index = root.openDB<number, Key>({ name: 'index' });
     this.present = asBinary(Buffer.from((this.index as unknown as Encoding).encoder.encode(1)));
@@ -448,10 +450,11 @@ export class Store {
   private async syncOpened(): Promise<void> {
     const opened = this.opened;
     try {
-      await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }], { tier: 'service' });
+      await this.commit([{ table: opened, id: 'last', before: opened.get('last'), after: { id: 'last', at: Date.now() } }], { tier: 'store' });
     } catch (err) {
       // A fatal failure has been reported (and ends the node); want of room is served through.
       if (this.failedFatally) throw err;
+      this.report('the data file could not be synced as it was opened; what an earlier process left unsynced is synced by the next commit', err);
     }
   }
 
@@ -490,7 +493,7 @@ export class Store {
     // Linux only: /proc and madvise (README, Limits and overload).
     const mapped = opts.mappedBudgetBytes && process.platform === 'linux' ? new MappedPages({ file, budgetBytes: opts.mappedBudgetBytes, report }) : undefined;
     const room = opts.reserveBytes === undefined ? undefined : new Room({ file, reserveBytes: opts.reserveBytes, measure: opts.measureRoom, report });
-    return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS, mapped, room);
+    return new Store(root, opts.onFatal ?? exitOnFatal, opts.stallProbeMs ?? STALL_PROBE_MS, mapped, room, report);
   }
 
   /**
@@ -548,6 +551,15 @@ export class Store {
     const table = new Table(spec, db, this.mapped ?? NO_METER);
     this.tables.set(spec.name, table as Table<unknown>);
     return table;
+  }
+
+  /**
+   * Whether a commit of about `cost` bytes in `tier` would be admitted now (storage/room.ts):
+   * for work that would be wasted if its commit were refused (a webhook sent before its outcome
+   * is stored). Always true without a reserve.
+   */
+  hasRoom(tier: RoomTier, cost: number): boolean {
+    return this.room?.has(cost, tier) ?? true;
   }
 
   /**
@@ -798,7 +810,7 @@ function isOrphanedCommitFailure(reason: unknown): boolean {
 /**
  * How much a commit may grow LMDB's file, erring high. Each put or remove copies the leaf page it
  * lands on (copy-on-write; a page freed is used again only once no reader's snapshot holds it,
- * and lmdb-js keeps one open), so each costs a page, plus its record's bytes (a whole page run
+ * and lmdb-js keeps one open), and may split it, so each costs two pages, plus its record's bytes (a whole page run
  * for one over half a page, which LMDB stores on overflow pages of its own) and key. Each table
  * it touches adds the copy of a path of branch pages, and the commit the free list and the meta
  * page. A thousand scattered updates of small records grew a 40k-record file by about a page

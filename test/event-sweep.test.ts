@@ -72,3 +72,35 @@ test('a host closing while an event sweep of several chunks runs stops it, waits
     await removeDir(dir);
   }
 });
+
+test('short of room, the event sweep halves its chunk until a chunk fits in the reserve, and stops quietly when none does', async (t) => {
+  const dir = await tempDir('event-sweep-room');
+  const clock = { now: 1_000_000_000 };
+  const lines: string[] = [];
+  const MB = 1024 * 1024;
+  const free = { bytes: 1024 * MB };
+  const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 100, log: capturingLog(lines), now: () => clock.now, eventRetentionMs: RETENTION_MS, storageReserveBytes: 64 * MB, measureStorageRoom: () => free.bytes });
+  try {
+    await createOrders(host, 1500);
+    clock.now += 5 * RETENTION_MS;
+    // 24 MB over the service's floor of 16: a chunk of 1000 events (about 32 MB by its estimate) does not fit, one of 250 does.
+    free.bytes = 40 * MB;
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    t.is(await host.sweepEvents(), 1500);
+    // A quarter of a MB over the floor: not even 16 events fit; the sweep ends without an error.
+    free.bytes = 1024 * MB;
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    await createOrders(host, 100);
+    clock.now += 5 * RETENTION_MS;
+    free.bytes = 16 * MB + MB / 4;
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    t.is(await host.sweepEvents(), 0);
+    t.false(lines.some((l) => l.includes('could not remove')), lines.join('\n'));
+    free.bytes = 1024 * MB;
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    t.is(await host.sweepEvents(), 100);
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});

@@ -36,6 +36,11 @@ test("a client's commit goes ahead while the reserve stays whole, webhook delive
   t.false(r.admit(1.5 * MB, 'webhooks'));
   t.true(r.admit(1.5 * MB, 'service'), "the service's own work down to 1 MB");
   t.false(r.admit(1 * MB, 'service'), 'the last quarter is kept for what estimates miss');
+  t.true(r.admit(0.5 * MB, 'store'), "the store's opening commit may take it");
+  // Asking counts nothing.
+  t.true(r.has(0.5 * MB, 'store'));
+  t.true(r.has(0.5 * MB, 'store'));
+  t.false(r.has(0.5 * MB, 'service'));
   t.is(reports.length, 1);
   t.regex(reports[0]!, /short of room.*STORAGE_RESERVE_MB.*\(1 refused\)/);
 });
