@@ -13,7 +13,7 @@ import { allPartitions } from '../common/partitions.js';
 import { newId, partitionOf } from '../common/ids.js';
 import { startService } from '../gateway/app.js';
 import { ALL_SCOPES, freshTenant, removeDir, silentLog, tempDir, token } from './helpers/edge-kit.js';
-import { afterResponses, parseResponses, rawExchange, rawHeader, rawRequest } from './helpers/raw-http.js';
+import { afterResponses, parseResponses, rawExchange, rawHeader, rawRequest, type RawStep } from './helpers/raw-http.js';
 
 const SECRET = 'shutdown-test-secret-0123456789abcdef';
 
@@ -35,12 +35,23 @@ test('a stop answers the requests under way, refuses new ones 503 and closes the
   // Under way: the head and part of the body are in when the stop begins, the rest after.
   const body = JSON.stringify({ currency: 'EUR', note: 'written while stopping' });
   const head = rawRequest('POST', '/v1/orders', { ...auth, 'Content-Type': 'application/json', 'Content-Length': String(body.length) });
-  const underWay = rawExchange(service.port, { send: [head, body.slice(0, 5), untilStopping, body.slice(5)], timeoutMs: 8000 });
+  let headSent!: () => void;
+  const headIsOut = new Promise<void>((resolve) => (headSent = resolve));
+  const signal = async (): Promise<void> => headSent();
+  const underWay = rawExchange(service.port, { send: [head, body.slice(0, 5), signal, untilStopping, body.slice(5)], timeoutMs: 8000 });
   // Kept open after one answer, then a second request once the stop has begun.
   const get = rawRequest('GET', '/v1/orders?limit=1', auth);
-  const keptOpen = rawExchange(service.port, { send: [get, afterResponses(['GET']), untilStopping, get], timeoutMs: 8000 });
-  // Both connections are open and the first has sent its head before the stop.
-  await new Promise((r) => setTimeout(r, 200));
+  let firstAnswered!: () => void;
+  const answeredOnce = new Promise<void>((resolve) => (firstAnswered = resolve));
+  const afterFirst: RawStep = async (received) => {
+    await afterResponses(['GET'])(received);
+    firstAnswered();
+  };
+  const keptOpen = rawExchange(service.port, { send: [get, afterFirst, untilStopping, get], timeoutMs: 8000 });
+  // Both connections are open, the first has sent its head and the second has its answer before
+  // the stop; the server (in this process) is given a moment to read the head.
+  await Promise.all([headIsOut, answeredOnce]);
+  await new Promise((r) => setTimeout(r, 100));
   const closing = service.close();
   stopping();
 
