@@ -132,8 +132,15 @@ const RETRY_AFTER_FAILURE_MS = 1000;
  * stored would be sent again, however its receiver answered.
  */
 const NO_ROOM_RETRY_MS = 30_000;
-/** The room asked for before a pass sends anything: a chunk of fan-outs or a worker's batch, with their outcomes. */
+/** The room asked for before a pass looks at the outbox at all. */
 const SEND_ROOM_BYTES = 1024 * 1024;
+/**
+ * The room held for each delivery sent until its outcome is stored (Store.holdRoom): what
+ * commitCost charges a delivery record and its index entries. Held, it is not taken by other
+ * sends meanwhile; without it, sends could go out whose outcomes no room was left to store, and
+ * each would be sent again.
+ */
+const DELIVERY_ROOM_BYTES = 40 * 1024;
 /**
  * A fan-out that keeps failing is retried every RETRY_AFTER_FAILURE_MS, but logged once this
  * often, with how many times it failed since: an owner down for an hour is 60 lines, not 3,600.
@@ -331,12 +338,20 @@ export class Dispatcher {
         }
         let after = full ? undefined : this.pumpCursor;
         let kept = 0;
+        let chunk = FANOUT_CHUNK;
         for (;;) {
           if (this.closing) return;
           if (!this.store.hasRoom('webhooks', SEND_ROOM_BYTES)) throw new ShortOfRoom();
-          const rows = this.store.scan(this.outbox as Table<unknown>, { prefix: [], after, reverse: false, limit: FANOUT_CHUNK });
+          const rows = this.store.scan(this.outbox as Table<unknown>, { prefix: [], after, reverse: false, limit: chunk });
           if (!rows.length) break;
-          kept += await this.fanOut(rows.map((r) => r.id));
+          try {
+            kept += await this.fanOut(rows.map((r) => r.id));
+          } catch (err) {
+            // No room to hold for this chunk's sends: fewer events at once, down to one.
+            if (!(err instanceof ShortOfRoom) || chunk === 1) throw err;
+            chunk = Math.max(1, chunk >> 1);
+            continue;
+          }
           const last = rows[rows.length - 1]!;
           after = [last.v, last.id];
           this.pumpCursor = after;
@@ -431,7 +446,13 @@ export class Dispatcher {
     // Marks the deliveries it hands to workers as stored (version 1): they are, by this commit.
     // Endpoints some of whose deliveries were only stored, not held: their workers scan for them.
     const overflow = new Map<string, string>();
+    const perEndpoint = this.opts.perEndpoint ?? PER_ENDPOINT;
+    let sending = 0;
+    for (const { items } of woken.values()) sending += Math.min(items.length, perEndpoint);
+    const release = sending ? this.store.holdRoom('webhooks', sending * DELIVERY_ROOM_BYTES) : () => undefined;
+    if (!release) throw new ShortOfRoom();
     const jobs = this.freshBatch(woken, overflow);
+    releaseAfter(jobs, release);
     const out = new Map<string, number>();
     const handed: DeliveryRecord[] = [];
     for (const { items } of woken.values()) {
@@ -635,27 +656,33 @@ export class Dispatcher {
         w.again = false;
         for (;;) {
           if (this.closing) return;
-          if (!this.store.hasRoom('webhooks', SEND_ROOM_BYTES)) {
+          const release = this.store.holdRoom('webhooks', (this.opts.perEndpoint ?? PER_ENDPOINT) * DELIVERY_ROOM_BYTES);
+          if (!release) {
             retryIn = this.opts.noRoomRetryMs ?? NO_ROOM_RETRY_MS;
             break;
           }
-          const now = this.host.now();
-          const handedOver = w.fresh.length > 0;
-          const records = handedOver ? this.freshOf(w) : this.dueOf(endpointId, w, now);
-          if (typeof records === 'number') {
-            retryIn = records;
-            break;
+          // Held until this batch's outcomes are stored.
+          try {
+            const now = this.host.now();
+            const handedOver = w.fresh.length > 0;
+            const records = handedOver ? this.freshOf(w) : this.dueOf(endpointId, w, now);
+            if (typeof records === 'number') {
+              retryIn = records;
+              break;
+            }
+            if (!records?.length) {
+              if (handedOver) continue;
+              break;
+            }
+            const endpoint = await this.endpoint(w.tenant, endpointId);
+            if (!endpoint || endpoint.status !== 'enabled') {
+              await Promise.all(records.map((d) => this.settle(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: endpoint ? 'endpoint disabled' : 'endpoint deleted', durationMs: 0 }, undefined)));
+              continue;
+            }
+            await this.attempt(endpoint, records);
+          } finally {
+            release();
           }
-          if (!records?.length) {
-            if (handedOver) continue;
-            break;
-          }
-          const endpoint = await this.endpoint(w.tenant, endpointId);
-          if (!endpoint || endpoint.status !== 'enabled') {
-            await Promise.all(records.map((d) => this.settle(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: endpoint ? 'endpoint disabled' : 'endpoint deleted', durationMs: 0 }, undefined)));
-            continue;
-          }
-          await this.attempt(endpoint, records);
         }
       } while (w.again);
     } catch (err) {
@@ -1124,5 +1151,18 @@ class ShortOfRoom extends Error {
 class WaitingForOwner extends Error {
   constructor(readonly waiting: number) {
     super(`${waiting} events wait for their endpoints' owner`);
+  }
+}
+
+/** Gives back room held for `jobs`' sends (Store.holdRoom) once every job is done: its outcomes stored, or failed. */
+function releaseAfter(jobs: Job[], release: () => void): void {
+  let left = jobs.length;
+  if (left === 0) return release();
+  for (const job of jobs) {
+    const done = job.done;
+    job.done = (err, retrying) => {
+      if (--left === 0) release();
+      done(err, retrying);
+    };
   }
 }

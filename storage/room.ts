@@ -67,6 +67,12 @@ export class Room {
   private pending = 0;
   /** A commit settled since the last measure. */
   private settledSince = false;
+  /**
+   * Room held for commits still to come (hold): webhook sends under way, whose outcomes must be
+   * stored. Commits of other tiers and other holds leave it free; webhook commits, the ones it is
+   * held for, may use it.
+   */
+  private held = 0;
   private measuredAt = -Infinity;
   /** Clients' writes are being refused: told once, and again once the room is back past the reserve and a quarter. */
   private short = false;
@@ -86,7 +92,7 @@ export class Room {
    */
   admit(cost: number, tier: RoomTier): boolean {
     const now = performance.now();
-    const left = this.left(cost, tier, now);
+    const left = this.left(cost, tier, now, tier !== 'webhooks');
     if (left < 0) {
       if (tier === 'client') this.refused(now);
       return false;
@@ -100,17 +106,33 @@ export class Room {
     return true;
   }
 
-  /** Whether a commit of `cost` in `tier` would be admitted now; nothing is counted. */
+  /** Whether a commit of `cost` in `tier` would be admitted now, past the room held; nothing is counted. */
   has(cost: number, tier: RoomTier): boolean {
-    return this.left(cost, tier, performance.now()) >= 0;
+    return this.left(cost, tier, performance.now(), true) >= 0;
   }
 
-  /** What would be left over the tier's floor after `cost`, measured again first if due. */
-  private left(cost: number, tier: RoomTier, now: number): number {
+  /**
+   * Holds `cost` bytes in `tier` for commits still to come, if there is room past what is held
+   * already: undefined if not. The function returned gives it back (once).
+   */
+  hold(cost: number, tier: RoomTier): (() => void) | undefined {
+    if (this.left(cost, tier, performance.now(), true) < 0) return undefined;
+    this.held += cost;
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      this.held -= cost;
+    };
+  }
+
+  /** What would be left over the tier's floor after `cost` (and what is held, if `counted`), measured again first if due. */
+  private left(cost: number, tier: RoomTier, now: number, countHeld: boolean): number {
     const floor = this.reserve * ROOM_TIERS[tier];
+    const taken = this.spent + (countHeld ? this.held : 0) + cost;
     const stale = now - this.measuredAt >= MEASURE_EVERY_MS;
-    if (stale || (this.room - this.spent - cost < floor && (this.settledSince || now - this.measuredAt >= REMEASURE_AFTER_MS))) this.measureNow(now);
-    return this.room - this.spent - cost - floor;
+    if (stale || (this.room - taken < floor && (this.settledSince || now - this.measuredAt >= REMEASURE_AFTER_MS))) this.measureNow(now);
+    return this.room - this.spent - (countHeld ? this.held : 0) - cost - floor;
   }
 
   private refused(now: number): void {

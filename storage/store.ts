@@ -563,6 +563,15 @@ export class Store {
   }
 
   /**
+   * Holds about `cost` bytes in `tier` for commits still to come (webhook sends whose outcomes
+   * must be stored), if there is room: the function returned gives it back. Undefined if there is
+   * not; without a reserve, always held.
+   */
+  holdRoom(tier: RoomTier, cost: number): (() => void) | undefined {
+    return this.room ? this.room.hold(cost, tier) : ignore;
+  }
+
+  /**
    * Commits the writes in one transaction and resolves once it is on disk. lmdb-js joins the
    * writes queued in one event-loop turn into one LMDB commit and one fsync (group commit), on
    * its write thread, so reads keep being served while the disk syncs. With a reserve, a commit

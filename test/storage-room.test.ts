@@ -207,3 +207,19 @@ test('a commit is costed high: a page for each record it puts or removes, whole 
   const deletes = commitCost(Array.from({ length: 1000 }, (_, i) => ({ db: a, key: `k${i}` })));
   t.true(deletes >= 1000 * 4096, String(deletes));
 });
+
+test('room held for commits to come is left free by other holds and other tiers, used by the webhook commits it is held for, and given back once', (t) => {
+  const free = { bytes: 10 * MB, measures: 0 };
+  const { room: r } = room(4 * MB, free);
+  // Webhooks may go down to 2 MB: 8 MB above it.
+  const release = r.hold(6 * MB, 'webhooks');
+  t.truthy(release);
+  t.is(r.hold(3 * MB, 'webhooks'), undefined, 'another hold sees what is held');
+  t.false(r.has(3 * MB, 'webhooks'));
+  t.false(r.admit(3.5 * MB, 'service'), "the service's own work leaves it free too: 10 - 6 - 3.5 is under its 1 MB floor");
+  t.true(r.admit(5 * MB, 'webhooks'), 'the commits it is held for may use it');
+  release!();
+  release!();
+  t.true(r.admit(1 * MB, 'service'), 'given back once: 10 - 5 - 1 leaves 4, over the 1 MB floor');
+  t.false(r.admit(3.5 * MB, 'service'));
+});

@@ -3,21 +3,25 @@
 // once there is room, each event is delivered once and stored as delivered. The room is injected;
 // LMDB, the dispatcher and the receiver are real.
 
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { ActorHost } from '../actors/host.js';
 import { newId, partitionOf } from '../common/ids.js';
 import { allPartitions } from '../common/partitions.js';
 import type { EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
-import { deliveries, endpointCreate, ok, startReceiver, until } from './helpers/webhook-kit.js';
+import { deliveries, endpointCreate, ok, startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
 
 const MB = 1024 * 1024;
 
-test('short of room for deliveries, nothing is sent and clients are refused; with room again each event is delivered once', async (t) => {
-  const dir = await tempDir('webhook-room');
+/**
+ * A host with a 64 MB reserve whose room is `free.bytes` (1 GB to begin with), its jobs held until
+ * start() so events wait in the outbox, retrying sends every 500 ms; and a receiver. Both are
+ * closed after the test.
+ */
+async function hostWithRoom(t: ExecutionContext, name: string): Promise<{ host: ActorHost; r: Receiver; free: { bytes: number } }> {
+  const dir = await tempDir(name);
   const r = await startReceiver();
   const free = { bytes: 1024 * MB };
-  // Jobs held back until start(): the order's event waits in the outbox meanwhile.
   const host = new ActorHost({
     dataDir: dir,
     partitions: allPartitions(),
@@ -33,6 +37,11 @@ test('short of room for deliveries, nothing is sent and clients are refused; wit
     await r.close();
     await removeDir(dir);
   });
+  return { host, r, free };
+}
+
+test('short of room for deliveries, nothing is sent and clients are refused; with room again each event is delivered once', async (t) => {
+  const { host, r, free } = await hostWithRoom(t, 'webhook-room');
   const tenant = 'room-hooks';
   const e = await ok<EndpointRecord>(host.handle(endpointCreate(tenant, r.url)));
   const id = newId('order');
@@ -60,4 +69,27 @@ test('short of room for deliveries, nothing is sent and clients are refused; wit
   t.is(r.got.length, 1, 'sent once');
   const [d] = await deliveries(host, tenant, e.id);
   t.is(d?.attempts.length, 1);
+});
+
+test("room for sends is held until their outcomes are stored: near the floor, an event to many endpoints waits whole instead of going out and being sent again", async (t) => {
+  const { host, r, free } = await hostWithRoom(t, 'webhook-room-hold');
+  r.answer = () => ({ status: 200, delayMs: 300 });
+  const tenant = 'room-hold';
+  const ENDPOINTS = 200;
+  for (let i = 0; i < ENDPOINTS; i++) await ok<EndpointRecord>(host.handle(endpointCreate(tenant, `${r.url}/${i}`)));
+  const id = newId('order');
+  t.true((await host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] })).ok);
+
+  // 1.1 MB over the deliveries' floor (half the 64 MB reserve): room for a few sends' outcomes, not 200.
+  free.bytes = 32 * MB + 1.1 * MB;
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+  host.start();
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  t.is(r.got.length, 0, 'nothing sent that could not be stored');
+
+  free.bytes = 1024 * MB;
+  await until('every delivery', () => r.got.length >= ENDPOINTS, 30_000);
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  t.is(r.got.length, ENDPOINTS, 'each sent once');
+  t.is(new Set(r.got.map((g) => g.path)).size, ENDPOINTS);
 });
