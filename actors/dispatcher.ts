@@ -339,6 +339,7 @@ export class Dispatcher {
         let after = full ? undefined : this.pumpCursor;
         let kept = 0;
         let chunk = FANOUT_CHUNK;
+        let waitingForRoom = false;
         for (;;) {
           if (this.closing) return;
           if (!this.store.hasRoom('webhooks', SEND_ROOM_BYTES)) throw new ShortOfRoom();
@@ -346,16 +347,24 @@ export class Dispatcher {
           if (!rows.length) break;
           try {
             kept += await this.fanOut(rows.map((r) => r.id));
+            chunk = FANOUT_CHUNK;
           } catch (err) {
-            // No room to hold for this chunk's sends: fewer events at once, down to one.
-            if (!(err instanceof ShortOfRoom) || chunk === 1) throw err;
-            chunk = Math.max(1, chunk >> 1);
-            continue;
+            if (!(err instanceof ShortOfRoom)) throw err;
+            // No room to hold for this chunk's sends: fewer events at once. One event alone
+            // (to many endpoints) that still does not fit waits, and the pass goes on past it,
+            // so smaller events behind it still go out.
+            if (chunk > 1) {
+              chunk = Math.max(1, chunk >> 1);
+              continue;
+            }
+            waitingForRoom = true;
+            chunk = FANOUT_CHUNK;
           }
           const last = rows[rows.length - 1]!;
           after = [last.v, last.id];
           this.pumpCursor = after;
         }
+        if (waitingForRoom) throw new ShortOfRoom();
         if (kept > 0) throw new WaitingForOwner(kept);
       } while (this.pumpAgain);
       this.pumping = false;

@@ -71,25 +71,35 @@ test('short of room for deliveries, nothing is sent and clients are refused; wit
   t.is(d?.attempts.length, 1);
 });
 
-test("room for sends is held until their outcomes are stored: near the floor, an event to many endpoints waits whole instead of going out and being sent again", async (t) => {
+test("room for sends is held until their outcomes are stored: near the floor, an event to many endpoints waits whole instead of going out and being sent again, and a small event behind it goes out", async (t) => {
   const { host, r, free } = await hostWithRoom(t, 'webhook-room-hold');
   r.answer = () => ({ status: 200, delayMs: 300 });
   const tenant = 'room-hold';
   const ENDPOINTS = 200;
   for (let i = 0; i < ENDPOINTS; i++) await ok<EndpointRecord>(host.handle(endpointCreate(tenant, `${r.url}/${i}`)));
-  const id = newId('order');
-  t.true((await host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] })).ok);
+  const order = (of: string) => {
+    const id = newId('order');
+    return host.handle({ kind: 'order.create', tenant: of, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] });
+  };
+  t.true((await order(tenant)).ok);
+  // Another tenant's event, behind it in the outbox, to one endpoint.
+  await ok<EndpointRecord>(host.handle(endpointCreate('room-small', `${r.url}/small`)));
+  t.true((await order('room-small')).ok);
 
   // 1.1 MB over the deliveries' floor (half the 64 MB reserve): room for a few sends' outcomes, not 200.
   free.bytes = 32 * MB + 1.1 * MB;
   await new Promise((resolve) => setTimeout(resolve, 1100));
   host.start();
   await new Promise((resolve) => setTimeout(resolve, 3000));
-  t.is(r.got.length, 0, 'nothing sent that could not be stored');
+  t.deepEqual(
+    r.got.map((g) => g.path),
+    [`${new URL(r.url).pathname}/small`],
+    'nothing of the large event sent, which could not be stored; the small one behind it was',
+  );
 
   free.bytes = 1024 * MB;
-  await until('every delivery', () => r.got.length >= ENDPOINTS, 30_000);
+  await until('every delivery', () => r.got.length >= ENDPOINTS + 1, 30_000);
   await new Promise((resolve) => setTimeout(resolve, 1500));
-  t.is(r.got.length, ENDPOINTS, 'each sent once');
-  t.is(new Set(r.got.map((g) => g.path)).size, ENDPOINTS);
+  t.is(r.got.length, ENDPOINTS + 1, 'each sent once');
+  t.is(new Set(r.got.map((g) => g.path)).size, ENDPOINTS + 1);
 });
