@@ -220,6 +220,10 @@ export class Dispatcher {
 
   /** start() was called: until then nothing is sent. */
   private started = false;
+  /** Most deliveries in flight to one endpoint (DispatchOptions.perEndpoint). */
+  private readonly perEndpoint: number;
+  /** How long sends wait while storage is short of room (DispatchOptions.noRoomRetryMs). */
+  private readonly noRoomRetryMs: number;
 
   constructor(
     private readonly store: Store,
@@ -234,6 +238,8 @@ export class Dispatcher {
     this.signer = opts.signer ?? new Signer();
     this.succeededKnownSince = host.now();
     this.resolver = opts.resolver ?? systemResolver;
+    this.perEndpoint = opts.perEndpoint ?? PER_ENDPOINT;
+    this.noRoomRetryMs = opts.noRoomRetryMs ?? NO_ROOM_RETRY_MS;
   }
 
   /** Resumes what a previous process left: the outbox, and every pending delivery. */
@@ -379,7 +385,7 @@ export class Dispatcher {
           this.pumping = false;
           this.kick();
         },
-        err instanceof ShortOfRoom ? (this.opts.noRoomRetryMs ?? NO_ROOM_RETRY_MS) : RETRY_AFTER_FAILURE_MS,
+        err instanceof ShortOfRoom ? this.noRoomRetryMs : RETRY_AFTER_FAILURE_MS,
       ).unref();
     }
   }
@@ -455,9 +461,8 @@ export class Dispatcher {
     // Marks the deliveries it hands to workers as stored (version 1): they are, by this commit.
     // Endpoints some of whose deliveries were only stored, not held: their workers scan for them.
     const overflow = new Map<string, string>();
-    const perEndpoint = this.opts.perEndpoint ?? PER_ENDPOINT;
     let sending = 0;
-    for (const { items } of woken.values()) sending += Math.min(items.length, perEndpoint);
+    for (const { items } of woken.values()) sending += Math.min(items.length, this.perEndpoint);
     const release = sending ? this.store.holdRoom('webhooks', sending * DELIVERY_ROOM_BYTES) : () => undefined;
     if (!release) throw new ShortOfRoom();
     const jobs = this.freshBatch(woken, overflow);
@@ -528,7 +533,6 @@ export class Dispatcher {
    * What it hands over is marked stored (version 1): the caller stores it.
    */
   private freshBatch(woken: Map<string, { endpoint: EndpointRecord; items: Item[] }>, overflow: Map<string, string>): Job[] {
-    const perEndpoint = this.opts.perEndpoint ?? PER_ENDPOINT;
     const jobs: Job[] = [];
     let left = 0;
     let finished: () => void = () => undefined;
@@ -550,12 +554,12 @@ export class Dispatcher {
       }
       // A timer the worker set for a later retry stays: the batch does not scan.
       w.running = true;
-      if (!this.handOver(w, stored(items.slice(perEndpoint)))) overflow.set(endpointId, endpoint.tenant);
+      if (!this.handOver(w, stored(items.slice(this.perEndpoint)))) overflow.set(endpointId, endpoint.tenant);
       const worker = w;
       left++;
       jobs.push({
         endpoint,
-        items: items.length > perEndpoint ? items.slice(0, perEndpoint) : items,
+        items: items.length > this.perEndpoint ? items.slice(0, this.perEndpoint) : items,
         done: (err, retrying) => {
           this.release(endpointId, worker, err, retrying);
           if (--left === 0) finished();
@@ -665,9 +669,9 @@ export class Dispatcher {
         w.again = false;
         for (;;) {
           if (this.closing) return;
-          const release = this.store.holdRoom('webhooks', (this.opts.perEndpoint ?? PER_ENDPOINT) * DELIVERY_ROOM_BYTES);
+          const release = this.store.holdRoom('webhooks', this.perEndpoint * DELIVERY_ROOM_BYTES);
           if (!release) {
-            retryIn = this.opts.noRoomRetryMs ?? NO_ROOM_RETRY_MS;
+            retryIn = this.noRoomRetryMs;
             break;
           }
           // Held until this batch's outcomes are stored.
@@ -732,7 +736,7 @@ export class Dispatcher {
 
   /** The next deliveries the fan-out handed over, still pending as committed. */
   private freshOf(w: Worker): DeliveryRecord[] {
-    const taken = w.fresh.splice(0, this.opts.perEndpoint ?? PER_ENDPOINT);
+    const taken = w.fresh.splice(0, this.perEndpoint);
     this.handedOverCount -= taken.length;
     return taken.flatMap((f) => {
       // Not stored yet: its fan-out commit is on its way, and nothing can have tried it. Stored:
@@ -748,7 +752,7 @@ export class Dispatcher {
     // The scan sees every pending delivery, the handed-over ones included.
     this.handedOverCount -= w.fresh.length;
     w.fresh = [];
-    const rows = this.store.scan(this.deliveries as Table<unknown>, { prefix: pendingPrefix(endpointId), after: undefined, reverse: false, limit: this.opts.perEndpoint ?? PER_ENDPOINT });
+    const rows = this.store.scan(this.deliveries as Table<unknown>, { prefix: pendingPrefix(endpointId), after: undefined, reverse: false, limit: this.perEndpoint });
     if (!rows.length) return undefined;
     const due = rows.filter((r) => typeof r.v === 'number' && r.v <= now);
     if (!due.length) return Math.max(0, (rows[0]!.v as number) - now);
@@ -1149,7 +1153,6 @@ const MAX_FRESH = 1024;
  */
 const MAX_HANDED_OVER = 16 * 1024;
 
-/** A fan-out pass that left events in the outbox because their endpoints' owner did not answer. */
 /** Storage is short of room for webhook deliveries: the pump waits (NO_ROOM_RETRY_MS). */
 class ShortOfRoom extends Error {
   constructor() {
@@ -1157,6 +1160,7 @@ class ShortOfRoom extends Error {
   }
 }
 
+/** A fan-out pass that left events in the outbox because their endpoints' owner did not answer. */
 class WaitingForOwner extends Error {
   constructor(readonly waiting: number) {
     super(`${waiting} events wait for their endpoints' owner`);

@@ -51,7 +51,7 @@ export interface RoomOptions {
   reserveBytes: number;
   /** Bytes the file may still grow by now; by default measured (measureRoom). Tests inject it. */
   measure?: () => number;
-  /** Told once each time the room falls under the reserve, and once when it is back. */
+  /** Told when clients' writes begin to be refused (again at most once a minute while they are), and when the room is back. */
   report?: (problem: string, err?: unknown) => void;
 }
 
@@ -126,13 +126,14 @@ export class Room {
     };
   }
 
-  /** What would be left over the tier's floor after `cost` (and what is held, if `counted`), measured again first if due. */
+  /** What would be left over the tier's floor after `cost` (and what is held, if `countHeld`), measured again first if due. */
   private left(cost: number, tier: RoomTier, now: number, countHeld: boolean): number {
     const floor = this.reserve * ROOM_TIERS[tier];
-    const taken = this.spent + (countHeld ? this.held : 0) + cost;
+    const taken = (countHeld ? this.held : 0) + cost + floor;
     const stale = now - this.measuredAt >= MEASURE_EVERY_MS;
-    if (stale || (this.room - taken < floor && (this.settledSince || now - this.measuredAt >= REMEASURE_AFTER_MS))) this.measureNow(now);
-    return this.room - this.spent - (countHeld ? this.held : 0) - cost - floor;
+    if (stale || (this.room - this.spent < taken && (this.settledSince || now - this.measuredAt >= REMEASURE_AFTER_MS))) this.measureNow(now);
+    // A measure resets `spent`: read after it.
+    return this.room - this.spent - taken;
   }
 
   private refused(now: number): void {
