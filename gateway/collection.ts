@@ -148,25 +148,29 @@ export function project<T extends Record<string, unknown>>(rep: T, fields: Set<s
   return out as Partial<T>;
 }
 
-// ---- keyset cursors: the filter they belong to, the sort, and the last (value, id) served ----
+// ---- keyset cursors: the collection, filter and sort they belong to, and the last (value, id) served ----
 
 interface CursorBody {
+  /** The collection (e.g. `orders`, `product`); absent in cursors issued before it was bound. */
+  c?: string;
   f: string;
   s: string;
   v: number | string;
   i: string;
 }
 
-export function encodeCursor(filterKey: string, sortKey: string, v: number | string, id: string): string {
-  return Buffer.from(JSON.stringify({ f: filterKey, s: sortKey, v, i: id } satisfies CursorBody)).toString('base64url');
+export function encodeCursor(collection: string, filterKey: string, sortKey: string, v: number | string, id: string): string {
+  return Buffer.from(JSON.stringify({ c: collection, f: filterKey, s: sortKey, v, i: id } satisfies CursorBody)).toString('base64url');
 }
 
 /**
- * The keyset position in `cursor`, checked against the filter and sort it must belong to and
- * the type of the sort's values: cursors are not signed, and a forged one must be a 400, not a
- * page from somewhere else in the index.
+ * The keyset position in `cursor`, checked against the collection, filter and sort it must
+ * belong to and the type of the sort's values: cursors are not signed, and a forged one must be
+ * a 400, not a page from somewhere else in the index. A cursor without a collection (issued
+ * before cursors named theirs) is taken where its filter and sort fit, so a client paging
+ * across an upgrade goes on.
  */
-export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey: string, valueType: 'number' | 'string'): ListQuery['after'] {
+export function decodeCursor(query: URLSearchParams, collection: string, filterKey: string, sortKey: string, valueType: 'number' | 'string'): ListQuery['after'] {
   const raw = query.get('cursor');
   if (raw === null) return undefined;
   let c: unknown;
@@ -180,6 +184,7 @@ export function decodeCursor(query: URLSearchParams, filterKey: string, sortKey:
   if (!body || typeof body.i !== 'string' || (typeof body.v !== 'number' && typeof body.v !== 'string') || typeof body.f !== 'string' || typeof body.s !== 'string') {
     throw invalidParameter('cursor', 'is not a cursor this service issued');
   }
+  if (body.c !== undefined && body.c !== collection) throw invalidParameter('cursor', 'was issued for another collection');
   if (body.f !== filterKey || body.s !== sortKey) throw invalidParameter('cursor', 'was issued for other filters or another sort');
   if (typeof body.v !== valueType || (typeof body.v === 'number' && !Number.isSafeInteger(body.v))) {
     throw invalidParameter('cursor', 'is not a cursor this service issued');

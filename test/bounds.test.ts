@@ -46,8 +46,8 @@ test.after.always(async (t) => {
   await removeDir(t.context.dir);
 });
 
-async function as(t: { context: Context }, tenant: string): Promise<(c: Call) => Promise<ReturnType<typeof answerOf>>> {
-  const auth = `Bearer ${await token(t.context.secret, ALL_SCOPES, { tenant })}`;
+async function as(t: { context: Context }, tenant: string, scopes = ALL_SCOPES): Promise<(c: Call) => Promise<ReturnType<typeof answerOf>>> {
+  const auth = `Bearer ${await token(t.context.secret, scopes, { tenant })}`;
   return async (c) => {
     const headers: Record<string, string> = { authorization: auth, ...c.headers };
     if (c.body !== undefined) headers['content-type'] ??= 'application/json';
@@ -232,6 +232,37 @@ test('the next link after the longest product name sorts on is followed, not ref
   const second = await call({ method: 'GET', path: path!, query: query! });
   t.is(second.status, 200, second.text);
   t.is(second.json<{ data: { name: string }[] }>().data[0]?.name, '😁'.repeat(200));
+});
+
+test("a cursor is good only for the collection that issued it; one issued before cursors named theirs is still followed", async (t) => {
+  const call = await as(t, freshTenant('cursor-bound'), `${ALL_SCOPES} users:read users:write`);
+  for (let i = 0; i < 2; i++) {
+    t.is((await call({ method: 'POST', path: '/v1/products', body: { name: `p${i}`, price: 1, currency: 'EUR' } })).status, 201);
+    t.is((await call({ method: 'POST', path: '/v1/users', body: { email: `u${i}@example.com`, name: `u${i}` } })).status, 201);
+  }
+  const firstProducts = await call({ method: 'GET', path: '/v1/products', query: 'limit=1' });
+  const next = firstProducts.json<{ _links: { next?: { href: string } } }>()._links.next?.href ?? '';
+  const cursor = new URLSearchParams(next.split('?')[1]).get('cursor') ?? '';
+  t.not(cursor, '');
+
+  // The products cursor on users, with the same (default) sort and no filter: refused, naming it.
+  const users = await call({ method: 'GET', path: '/v1/users', query: `limit=1&cursor=${cursor}` });
+  const p = assertProblem(t, users, 400, 'invalid-parameter');
+  t.is(p.errors?.[0]?.parameter, 'cursor');
+  t.regex(p.errors?.[0]?.detail ?? '', /another collection/);
+
+  // The same position without the collection, as cursors were issued before: followed.
+  const body = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as Record<string, unknown>;
+  t.is(body.c, 'product');
+  delete body.c;
+  const legacy = Buffer.from(JSON.stringify(body)).toString('base64url');
+  const second = await call({ method: 'GET', path: '/v1/products', query: `limit=1&cursor=${legacy}` });
+  t.is(second.status, 200, second.text);
+  const [a, b] = [firstProducts, second].map((r) => r.json<{ data: { id: string }[] }>().data[0]?.id);
+  t.truthy(b);
+  t.not(a, b);
+  const followed = await call({ method: 'GET', path: next.split('?')[0]!, query: next.split('?')[1]! });
+  t.is(followed.json<{ data: { id: string }[] }>().data[0]?.id, b);
 });
 
 test('a large invalid body names its first failure; a small one names every failure, at most 100', async (t) => {

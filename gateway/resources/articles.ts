@@ -244,10 +244,10 @@ export const articleRoutes: RouteDef[] = [
         () => parseFields(ctx.query, ARTICLE_FIELDS),
       );
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
-      const after = decodeCursor(ctx.query, tag ?? '', sortKey, 'number');
+      const after = decodeCursor(ctx.query, 'articles', tag ?? '', sortKey, 'number');
       const { rows, hasMore } = await gatherPage<ArticleRecord>(ctx.bus, 'article.list', { tenant: reader.tenant, filter: tag, sort, dir, after, limit, withChildren: true });
       const last = rows[rows.length - 1];
-      const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor(tag ?? '', sortKey, last.v, last.record.id) : undefined);
+      const links = pageLinks(BASE, ctx.query, hasMore && last ? encodeCursor('articles', tag ?? '', sortKey, last.v, last.record.id) : undefined);
       const lq = linkQuery(reader);
       const articles = rows.map((r) => r.record);
       const accepted = acceptedBy(ctx);

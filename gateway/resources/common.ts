@@ -157,10 +157,12 @@ export async function plainListPage<T extends { id: string; version: number }>(
   );
   const filterKey = opts.filter ?? '';
   const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
-  const after = decodeCursor(ctx.query, filterKey, sortKey, opts.stringSorts.includes(sort) ? 'string' : 'number');
+  // `product.list` → `product`: a cursor is good only for the collection that issued it.
+  const collection = opts.kind.slice(0, -'.list'.length);
+  const after = decodeCursor(ctx.query, collection, filterKey, sortKey, opts.stringSorts.includes(sort) ? 'string' : 'number');
   const { rows, hasMore } = await gatherPage<T>(ctx.bus, opts.kind, { tenant, filter: opts.filter, sort, dir, after, limit, withChildren: false });
   const last = rows[rows.length - 1];
-  const links = pageLinks(opts.base, ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
+  const links = pageLinks(opts.base, ctx.query, hasMore && last ? encodeCursor(collection, filterKey, sortKey, last.v, last.record.id) : undefined);
   const variant = variantOf(fields, new Set(), opts.variant);
   const records = rows.map((r) => r.record);
   return {

@@ -409,12 +409,12 @@ export const orderRoutes: RouteDef[] = [
       );
       const filterKey = `status=${status ?? ''}`;
       const sortKey = `${dir === 'desc' ? '-' : ''}${sort}`;
-      const after = decodeCursor(ctx.query, filterKey, sortKey, 'number');
+      const after = decodeCursor(ctx.query, 'orders', filterKey, sortKey, 'number');
       const { rows, hasMore } = await gatherPage<OrderRecord>(ctx.bus, 'order.list', { tenant, filter: status, sort, dir, after, limit, withChildren: expand.has('items') });
       const orders = rows.map((r) => r.record);
       const products = await expansionProducts(ctx, orders, expand);
       const last = rows[rows.length - 1];
-      const links = pageLinks(baseOf(ctx.version), ctx.query, hasMore && last ? encodeCursor(filterKey, sortKey, last.v, last.record.id) : undefined);
+      const links = pageLinks(baseOf(ctx.version), ctx.query, hasMore && last ? encodeCursor('orders', filterKey, sortKey, last.v, last.record.id) : undefined);
       const variants = orders.map((o) => orderVariant(o, fields, expand, products, ctx.version));
       return {
         status: 200,
@@ -540,14 +540,14 @@ export const orderRoutes: RouteDef[] = [
       const id = orderIdOf(ctx);
       const fields = parseFields(ctx.query, ITEM_FIELDS);
       const limit = parseLimit(ctx.query);
-      const after = decodeCursor(ctx.query, id, 'added', 'number');
+      const after = decodeCursor(ctx.query, 'order-items', id, 'added', 'number');
       const order = await ctx.bus.call({ kind: 'order.get', ...target(ctx, id) });
       const start = after ? order.items.findIndex((i) => i.id === after.id) + 1 : 0;
       if (after && start === 0) throw invalidParameter('cursor', 'names an item that is gone');
       const page = order.items.slice(start, start + limit);
       const hasMore = start + limit < order.items.length;
       const last = page[page.length - 1];
-      const links = pageLinks(`${baseOf(ctx.version)}/${id}/items`, ctx.query, hasMore && last ? encodeCursor(id, 'added', start + page.length, last.id) : undefined);
+      const links = pageLinks(`${baseOf(ctx.version)}/${id}/items`, ctx.query, hasMore && last ? encodeCursor('order-items', id, 'added', start + page.length, last.id) : undefined);
       return {
         status: 200,
         body: { data: page.map((i) => project(renderItem(order, i, undefined, ctx.version), fields, new Set())), hasMore, _links: links },
