@@ -14,6 +14,7 @@ import { partitionFor, partitionOf } from '../common/ids.js';
 import type { Logger } from '../common/log.js';
 import { exitNow } from '../common/shutdown.js';
 import { Store, type IndexKey, type Table, type Write } from '../storage/store.js';
+import type { RoomTier } from '../storage/room.js';
 import { lockDir, type DirLock } from '../storage/dir-lock.js';
 import { libcFailure } from '../common/libc.js';
 import { IDEMPOTENCY, idemRecord, type IdemRecord } from './idem-record.js';
@@ -817,7 +818,7 @@ export class ActorHost implements ActorEndpoint {
         const after: IdemRecord = cmd.kind === 'idem.take' ? { id, fingerprint: cmd.idem.fingerprint, expiresAt: keptUntil, taken: true } : idemRecord(id, cmd.idem.fingerprint, keptUntil, result, writes);
         writes.push({ table: this.idem as Table<unknown>, id, before, after });
       }
-      if (writes.length) await this.store.commit(writes);
+      if (writes.length) await this.store.commit(writes, { tier: tierOf(cmd.kind) });
       if (emitted) this.dispatcher?.kick();
       // The expiry goes back with the answer: a batch keeps its other groups until then.
       return keptUntil === undefined ? result : withExpiry(result, keptUntil);
@@ -1025,4 +1026,14 @@ function withExpiry(result: Result<unknown>, keptUntil: number): Result<unknown>
 
 function asReplay(result: Result<unknown>, keptUntil: number, keptForMs: number): Result<unknown> {
   return result.ok ? { ok: true, value: result.value, replayed: true, keptUntil, keptForMs } : { ok: false, error: result.error, replayed: true, keptUntil, keptForMs };
+}
+
+/**
+ * Whose write a command is, and so how deep into the storage reserve it may go (storage/room.ts).
+ * Every command is a client's, but for the dispatcher's disabling of an endpoint whose receiver
+ * answered 410 or kept failing: that is webhook work, and it must go ahead wherever deliveries
+ * still do, or the endpoint would be sent to again.
+ */
+function tierOf(kind: Command['kind']): RoomTier {
+  return kind === 'webhook.disable' ? 'webhooks' : 'client';
 }

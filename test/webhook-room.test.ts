@@ -5,7 +5,7 @@
 
 import test, { type ExecutionContext } from 'ava';
 import { ActorHost } from '../actors/host.js';
-import { newId, partitionOf } from '../common/ids.js';
+import { newId, partitionFor, partitionOf } from '../common/ids.js';
 import { allPartitions } from '../common/partitions.js';
 import type { EndpointRecord } from '../proto/webhooks.js';
 import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
@@ -102,4 +102,26 @@ test("room for sends is held until their outcomes are stored: near the floor, an
   await new Promise((resolve) => setTimeout(resolve, 1500));
   t.is(r.got.length, ENDPOINTS + 1, 'each sent once');
   t.is(new Set(r.got.map((g) => g.path)).size, ENDPOINTS + 1);
+});
+
+test("a receiver's 410 disables its endpoint while clients' writes are refused but deliveries still go out", async (t) => {
+  const { host, r, free } = await hostWithRoom(t, 'webhook-room-gone');
+  r.answer = () => ({ status: 410 });
+  const tenant = 'room-gone';
+  const e = await ok<EndpointRecord>(host.handle(endpointCreate(tenant, r.url)));
+  const id = newId('order');
+  t.true((await host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] })).ok);
+
+  // 40 MB left: under the 64 MB reserve, so clients are refused; over half of it, so deliveries go.
+  free.bytes = 40 * MB;
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+  const other = newId('order');
+  const refused = await host.handle({ kind: 'order.create', tenant, partition: partitionOf(other), id: other, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] });
+  t.false(refused.ok, "a client's write is refused");
+  host.start();
+  await until('the delivery', () => r.got.length >= 1);
+  const endpoint = async () => ok<EndpointRecord>(host.handle({ kind: 'webhook.get', tenant, partition: partitionFor(tenant), id: e.id }));
+  await until('the endpoint disabled', async () => (await endpoint()).status === 'disabled', 5_000);
+  t.is((await endpoint()).status, 'disabled');
+  t.is(r.got.length, 1);
 });
