@@ -3,6 +3,7 @@
 
 import { _, Ajv, str, type CodeKeywordDefinition, type ErrorObject, type KeywordCxt, type Name, type ValidateFunction } from 'ajv';
 import { ApiError, type FieldError } from '../common/errors.js';
+import { CURRENCY_CODES, CURRENCY_FORMAT } from './money.js';
 import type { JsonSchema } from './route.js';
 
 // allowUnionTypes: nullable members are written `type: ['string', 'null']`.
@@ -10,8 +11,8 @@ const options = { strict: true, allowUnionTypes: true, coerceTypes: false, useDe
 // Two compilations of every schema. The first stops at the first failure, so a hostile body
 // (40,000 metadata members) costs one failed limit check; only when it fails does the second
 // list every failure, and only for bodies small enough that listing them all stays cheap.
-const firstFailure = withLengthShortcut(new Ajv({ ...options, allErrors: false }));
-const everyFailure = withLengthShortcut(new Ajv({ ...options, allErrors: true }));
+const firstFailure = withFormats(withLengthShortcut(new Ajv({ ...options, allErrors: false })));
+const everyFailure = withFormats(withLengthShortcut(new Ajv({ ...options, allErrors: true })));
 /** A schema's validators: the first-failure one, and the every-failure one once a body has failed. */
 interface Compiled {
   fast: ValidateFunction;
@@ -64,6 +65,11 @@ function withLengthShortcut(ajv: Ajv): Ajv {
   return ajv;
 }
 
+/** The service's own formats: a currency is a code ISO 4217 lists, not any three capitals. */
+function withFormats(ajv: Ajv): Ajv {
+  return ajv.addFormat(CURRENCY_FORMAT, { type: 'string', validate: (s: string) => CURRENCY_CODES.has(s) });
+}
+
 function validators(schema: JsonSchema): Compiled {
   let v = compiled.get(schema);
   if (!v) compiled.set(schema, (v = { fast: firstFailure.compile(schema), full: undefined }));
@@ -92,6 +98,9 @@ function toFieldError(e: ErrorObject, readOnly: ReadonlySet<string>): FieldError
         detail: top && readOnly.has(name) ? 'is read-only' : 'is not a known member',
       };
     }
+    case 'format':
+      if (params.format === CURRENCY_FORMAT) return { pointer: e.instancePath, detail: 'is not an ISO 4217 currency code' };
+      return { pointer: e.instancePath, detail: e.message ?? 'is invalid' };
     case 'propertyNames':
       return { pointer: `${e.instancePath}/${escapeToken(String(params.propertyName))}`, detail: 'is not an allowed member name' };
     default:

@@ -261,6 +261,32 @@ test('strings over their length limits are 422 with a pointer (400 for query par
   t.deepEqual(await listIds(t, tok, '/v1/products'), []);
 });
 
+test('a currency ISO 4217 does not list is 422 naming it, wherever a currency goes, and changes nothing', async (t) => {
+  const tok = await tenantToken('currencies');
+  const order = await create(t, tok, '/v1/orders', { currency: 'EUR' });
+  const product = await create(t, tok, '/v1/products', { name: 'p', price: 100, currency: 'EUR' });
+  const before = [await current(t, tok, order.path), await current(t, tok, product.path)];
+  const cases: [string, string, object, string][] = [
+    ['POST', '/v1/orders', { currency: 'ZZZ' }, '/currency'],
+    ['PATCH', order.path, { currency: 'ABC' }, '/currency'],
+    ['POST', '/v1/products', { name: 'q', price: 1, currency: 'QQQ' }, '/currency'],
+    ['PATCH', product.path, { currency: 'EUX' }, '/currency'],
+    ['POST', '/v1/orders/batch', { atomic: true, operations: [{ method: 'POST', body: { currency: 'XYZ' } }] }, '/operations/0/body/currency'],
+  ];
+  for (const [method, path, body, pointer] of cases) {
+    const a = await ask(t, request(method, path, tok, body));
+    const p = assertProblem(t, a, 422, 'validation-failed');
+    t.deepEqual(p.errors?.map((e) => [e.pointer, e.detail]), [[pointer, 'is not an ISO 4217 currency code']], `${method} ${path}`);
+  }
+  // Codes ISO lists, circulating or not (a fund code, a metal), and those with another minor unit.
+  for (const currency of ['JPY', 'KWD', 'CLF', 'XAU', 'CHF']) {
+    t.is((await ask(t, request('POST', '/v1/orders', tok, { currency }))).status, 201, currency);
+  }
+  t.deepEqual([await current(t, tok, order.path), await current(t, tok, product.path)], before, 'nothing changed');
+  t.deepEqual(await listIds(t, tok, '/v1/products'), [product.id]);
+  t.is((await listIds(t, tok)).length, 6);
+});
+
 // ---- media type ----
 
 test('a body without Content-Type or of another media type is 415, and nothing is created', async (t) => {

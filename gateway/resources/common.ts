@@ -4,6 +4,7 @@ import { ApiError, PROBLEMS, type ProblemSlug } from '../../common/errors.js';
 import { parseId, partitionOf, type IdKind } from '../../common/ids.js';
 import { decodeCursor, encodeCursor, gatherPage, pageFingerprint, pageLinks, pageText, parseAll, parseFields, parseLimit, parseSort, project, variantOf } from '../collection.js';
 import { cachedRendering } from '../representation.js';
+import { CURRENCY_FORMAT } from '../money.js';
 import { type Ctx, type JsonSchema, type Outcome, principalOf } from '../route.js';
 
 /** The id in a path parameter, or 404: a string that cannot be such an id names nothing. */
@@ -65,7 +66,7 @@ export const READ_ONLY = ['id', 'status', 'total', 'createdAt', 'updatedAt', '_l
  */
 export const UNICODE_TEXT = '^[^\\uD800-\\uDFFF]*$';
 
-export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$', description: 'ISO 4217 code.' };
+export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$', format: CURRENCY_FORMAT, description: 'ISO 4217 code.' };
 
 // Member names that would reach Object.prototype if merged naively are refused outright, and so
 // is any name that starts with two underscores: msgpackr, which encodes every stored record and
