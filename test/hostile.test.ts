@@ -569,7 +569,7 @@ function slowClient(port: number, everyMs: number, deadlineMs: number): SlowClie
   return { connected, done };
 }
 
-test("uWS's own edges: a write with a request pipelined behind it runs but both answers are lost; a chunk extension or a missing Host is dropped; an absolute-form target waits for the idle timeout; Expect: 100-continue over the limit hears 100 before 413", async (t) => {
+test("uWS's own edges: a write with a request pipelined behind it runs but both answers are lost; a chunk extension or a missing Host is dropped; an absolute-form or asterisk-form target waits for the idle timeout; Expect: 100-continue over the limit hears 100 before 413", async (t) => {
   const tok = await tenantToken('uws-edges');
   const order = await create(t, tok, '/v1/orders', { currency: 'EUR' });
   const noteNow = async (): Promise<unknown> => ((await t.context.http.send('GET', order.path, { token: tok })).json as { note: unknown }).note;
@@ -599,9 +599,13 @@ test("uWS's own edges: a write with a request pipelined behind it runs but both 
   });
   t.regex(expect.bytes.toString('latin1'), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 413 /);
   t.true(expect.closed);
-  const absolute = await rawExchange(t.context.service.port, { send: [request('GET', `http://127.0.0.1:${t.context.service.port}/v1`, tok)], timeoutMs: IDLE_CLOSE_MS.max + 2000 });
-  t.is(absolute.bytes.length, 0, 'an absolute-form target is not answered');
-  t.true((absolute.closedAfterMs ?? Infinity) >= IDLE_CLOSE_MS.min, `closed after ${absolute.closedAfterMs} ms`);
+  // Neither an absolute-form target nor the asterisk form (`OPTIONS *`) is one uWS routes.
+  const targets = [['GET', `http://127.0.0.1:${t.context.service.port}/v1`], ['OPTIONS', '*']] as const;
+  const unrouted = await Promise.all(targets.map(([method, target]) => rawExchange(t.context.service.port, { send: [request(method, target, tok)], timeoutMs: IDLE_CLOSE_MS.max + 2000 })));
+  for (const [i, ex] of unrouted.entries()) {
+    t.is(ex.bytes.length, 0, `${targets[i]!.join(' ')} is not answered`);
+    t.true((ex.closedAfterMs ?? Infinity) >= IDLE_CLOSE_MS.min, `${targets[i]!.join(' ')}: closed after ${ex.closedAfterMs} ms`);
+  }
 });
 
 test('50 clients trickling a head are closed by the idle timeout, and a normal request is answered meanwhile', async (t) => {
