@@ -529,6 +529,23 @@ test('a body under 1 KiB stays identity whatever Accept-Encoding says', async (t
   assertProblem(t, problem, 404, 'not-found');
 });
 
+test("a batch's etags are the tags a GET of each order answers when asked as the batch was, in v1 and v2", async (t) => {
+  const { call, admin } = t.context;
+  const order = await createOrder(t, admin);
+  for (const [version, coding] of [['v1', 'gzip, br'], ['v1', undefined], ['v2', 'gzip'], ['v2', undefined]] as const) {
+    const enc: Record<string, string> = coding ? { 'accept-encoding': coding } : {};
+    const batch = await call({ method: 'POST', path: `/${version}/orders/batch`, headers: { ...bearer(admin), ...enc, 'content-type': 'application/json' }, body: JSON.stringify({ operations: [{ method: 'POST', body: { currency: 'EUR' } }, { method: 'PATCH', id: String(order.id), body: { note: `${version} ${coding}` } }] }) });
+    t.is(batch.status, 207, batch.text);
+    const results = batch.json<{ results: { id: string; etag: string }[] }>().results;
+    for (const r of results) {
+      const get = await call({ method: 'GET', path: `/${version}/orders/${r.id}`, headers: { ...bearer(admin), ...enc } });
+      t.is(get.headers.etag, r.etag, `${version} ${coding ?? 'identity'}`);
+      const again = await call({ method: 'GET', path: `/${version}/orders/${r.id}`, headers: { ...bearer(admin), ...enc, 'if-none-match': r.etag } });
+      t.is(again.status, 304, `${version} ${coding ?? 'identity'}`);
+    }
+  }
+});
+
 // ---- unexpected errors ----
 
 // The host name holds letters no hex trace id has, so a trace id can never look like a leak.

@@ -319,8 +319,8 @@ export const orderBatchRoute: RouteDef = route({
       .map((o) => {
         if (!o.ok) return { index: o.index, status: PROBLEMS[o.error.code].status, problem: problemOf(o.error) };
         const r: Record<string, unknown> = { index: o.index, status: SUCCESS_STATUS[methodOf.get(o.index)!], id: o.id };
-        // The tag a GET of the order answers (JSON, identity), ready for the next If-Match.
-        if (o.version !== null) r.etag = plainOrderTag(o.version, ctx.version);
+        // The tag a GET of the order answers, asked as this batch was, ready for the next If-Match.
+        if (o.version !== null) r.etag = plainOrderTag(o.version, ctx);
         return r;
       });
     return { status: atomic ? 200 : 207, body: { results }, cache: 'no-store' };

@@ -252,13 +252,14 @@ function orderRead(ctx: Ctx, order: OrderRecord, fields: Set<string> | undefined
 }
 
 /**
- * The ETag a GET of the order answers as JSON, identity, without fields or expand: what a write
- * answers for the next If-Match. The version suffix comes twice, as on the GET's way: once in the
+ * The ETag a GET of the order without fields or expand answers when sent with the request's
+ * `Accept` and `Accept-Encoding` (as a single write's own ETag is): for the next If-Match, or
+ * If-None-Match on that GET. The version suffix comes twice, as on the GET's way: once in the
  * variant, once from the pipeline (gateway/pipeline.ts render).
  */
-export function plainOrderTag(version: number, v: ApiVersion): string {
-  const api = v === 'v1' ? '' : `;api=${v}`;
-  return versionTag(version, variantOf(undefined, new Set(), api) + api, 'application/json', 'identity');
+export function plainOrderTag(version: number, ctx: Pick<Ctx, 'version' | 'media' | 'coding'>): string {
+  const api = ctx.version === 'v1' ? '' : `;api=${ctx.version}`;
+  return versionTag(version, variantOf(undefined, new Set(), api) + api, ctx.media, ctx.coding);
 }
 
 // ---- request helpers ----
