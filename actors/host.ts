@@ -411,6 +411,7 @@ export class ActorHost implements ActorEndpoint {
         return this.write(admission, cmd, [], () => ({ writes: [], reply: null }));
       case 'idem.peek':
       case 'user.batchGet':
+      case 'order.batchCheck':
         throw new Error('answered by read()');
       default: {
         const bound = this.actorFor(cmd);
@@ -445,6 +446,12 @@ export class ActorHost implements ActorEndpoint {
     if (this.storeClosed) return CLOSING;
     if (!this.owns(cmd.partition) || cmd.kind === 'order.batch' || cmd.kind === 'usage.add' || cmd.kind === 'idem.take') return undefined;
     if (cmd.kind === 'idem.peek') return this.peek(cmd.tenant, cmd.idem);
+    if (cmd.kind === 'order.batchCheck') {
+      const orders = this.actors.order.table as unknown as Table<OrderRecord>;
+      // Planned as the atomic batch it checks; what the plan would write is dropped.
+      const plan = planBatch({ kind: 'order.batch', tenant: cmd.tenant, partition: cmd.partition, atomic: true, ops: cmd.ops }, orders, this.now());
+      return { ok: true, value: plan.reply };
+    }
     if (cmd.kind === 'user.batchGet') {
       const users = this.actors.user.table as unknown as Table<UserRecord>;
       return { ok: true, value: batchGetUsers(cmd.tenant, cmd.ids, users) };

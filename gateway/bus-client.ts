@@ -20,7 +20,7 @@ export interface Replay {
 
 /** Reads a keyed request may send (a create pricing its products, say): their owner ignores the key. */
 function isRead(cmd: Command): boolean {
-  return SHARED_READS.has(cmd.kind as SharedReadKind) || cmd.kind === 'user.batchGet' || cmd.kind === 'idem.peek';
+  return SHARED_READS.has(cmd.kind as SharedReadKind) || cmd.kind === 'user.batchGet' || cmd.kind === 'idem.peek' || cmd.kind === 'order.batchCheck';
 }
 
 /**

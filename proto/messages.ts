@@ -310,6 +310,13 @@ export type Command =
       refused?: BatchOutcome[];
     })
   /**
+   * What the owner would answer each of `ops` as an atomic batch, from its committed state, writing
+   * nothing (a read): asked for an atomic batch the gateway refused some operations of already, so
+   * its one problem names every operation that fails. A node of an earlier release answers it
+   * with an error, and writes nothing either.
+   */
+  | (Base & { kind: 'order.batchCheck'; ops: BatchOp[] })
+  /**
    * Asks the owner of `partition` for the stored answer to `idem` (a read): the answer itself,
    * marked replayed; or 409 while a request with the key runs; or `null` when there is none.
    */
@@ -408,6 +415,7 @@ export interface ReplyMap extends WebhookReplies {
   'refund.list': ListPage<RefundRecord>;
   'operation.get': OperationRecord;
   'order.batch': BatchOutcome[];
+  'order.batchCheck': BatchOutcome[];
   'idem.peek': unknown;
   'idem.take': null;
   'order.list': ListPage<OrderRecord>;
@@ -437,7 +445,7 @@ export type Result<T> = ({ ok: true; value: T } | { ok: false; error: WireError 
 
 export type Kind = Command['kind'] | Query['kind'];
 /** Commands addressed to one record (not the batches, which name many, nor the peek). */
-export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'idem.peek' | 'idem.take' | 'user.batchGet' | 'usage.add' }>;
+export type KeyedCommand = Exclude<Command, { kind: 'order.batch' | 'order.batchCheck' | 'idem.peek' | 'idem.take' | 'user.batchGet' | 'usage.add' }>;
 export type CommandOf<K extends Command['kind']> = Extract<Command, { kind: K }>;
 
 /**

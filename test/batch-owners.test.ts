@@ -275,3 +275,37 @@ test('a key first used at its home (a create) refuses an action on another node 
   t.deepEqual(t.context.sent.slice(sent), ['idem.peek', 'idem.take'], 'refused by the take; the cancel was never sent');
   t.is((await call(t, { method: 'GET', path: `/v1/orders/${order}` })).json().status, 'pending');
 });
+
+test("an atomic batch the gateway refuses part of names every failing operation, the owner's too, with the first one's status, and writes nothing", async (t) => {
+  const order = await orderOn(t, 0);
+  const before = await countOrders(t);
+  t.context.sent.length = 0;
+  const operations = [
+    // The owner's refusal: a stale tag.
+    { method: 'PATCH', id: order, ifMatch: '"9-x"', body: { note: 'stale' } },
+    // The gateway's: an invalid body, and a product that does not exist.
+    { method: 'PATCH', id: order, body: { currency: 'bad' } },
+    { method: 'POST', body: { currency: 'EUR', items: [{ productId: 'prd_0000000000000000000000', quantity: 1 }] } },
+    // Would succeed.
+    { method: 'DELETE', id: order },
+    { method: 'POST', body: { currency: 'EUR' } },
+  ];
+  const r = await call(t, { method: 'POST', path: '/v1/orders/batch', body: { atomic: true, operations } });
+  t.is(r.status, 412, r.text);
+  const p = r.json<{ type: string; detail: string; errors: { index: number; status: number }[] }>();
+  t.is(p.type, '/problems/precondition-failed');
+  t.regex(p.detail, /3 operations failed, the first at index 0/);
+  t.deepEqual([...new Set(p.errors.map((e) => `${e.index}:${e.status}`))], ['0:412', '1:422', '2:422']);
+  t.true(t.context.sent.includes('order.batchCheck'));
+  t.false(t.context.sent.includes('order.batch'), 'nothing sent to be written');
+  t.is(await noteOf(t, order), null);
+  t.is(await countOrders(t), before);
+
+  // Its owner down (or of an earlier release): the gateway's own refusals alone, not a 503.
+  t.context.nodes[0].down = true;
+  const alone = await call(t, { method: 'POST', path: '/v1/orders/batch', body: { atomic: true, operations: operations.slice(0, 2) } });
+  t.is(alone.status, 422, alone.text);
+  t.deepEqual(alone.json<{ errors: { index: number }[] }>().errors.map((e) => e.index), [1]);
+  t.context.nodes[0].down = false;
+  t.is(await noteOf(t, order), null);
+});

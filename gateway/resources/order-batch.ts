@@ -120,6 +120,46 @@ function problemOf(error: WireError): Record<string, unknown> {
   return p;
 }
 
+/**
+ * The one problem of an atomic batch the gateway refused `failures` of: with what pricing and
+ * the owner (order.batchCheck, a read of its committed state) would refuse of the `rest`, so the
+ * problem names every operation that fails and has the first one's status. Nothing is written.
+ * Should the products or the owner not answer, the problem names what the gateway found.
+ */
+async function atomicRefusal(ctx: Ctx, tenant: string, home: number, rest: Checked[], failures: { index: number; error: WireError }[]): Promise<ApiError> {
+  const all = [...failures];
+  try {
+    // The products of the creates not priced yet (a create's id is minted with its price).
+    const productIds = new Set(rest.flatMap((c) => (c.op.op === 'create' && c.op.id === '' ? [...productIdsOf(c.itemsRaw)] : [])));
+    // Too many to price: those creates are left out rather than guessed at.
+    const priceable = productIds.size <= MAX_BATCH_PRODUCTS;
+    const products = productIds.size && priceable ? await fetchProducts(ctx, productIds) : new Map<string, ProductRecord>();
+    const ops: BatchOp[] = [];
+    for (const c of rest) {
+      const op = c.op;
+      if (op.op !== 'create' || op.id !== '') ops.push(op);
+      else if (priceable || !c.itemsRaw.length) {
+        const id = newId('order', home);
+        try {
+          ops.push({ ...op, id, items: priceWith(products, id, op.input.currency, c.itemsRaw, (i) => `/operations/${c.index}/body/items/${i}`) });
+        } catch (err) {
+          if (!(err instanceof ApiError)) throw err;
+          all.push({ index: c.index, error: toWire(err) });
+        }
+      }
+    }
+    if (ops.length) {
+      const outcomes = await ctx.bus.call({ kind: 'order.batchCheck', tenant, partition: home, ops });
+      for (const o of outcomes) if (!o.ok) all.push({ index: o.index, error: o.error });
+    }
+  } catch (err) {
+    // The products or the owner did not answer (or the owner is of an earlier release): what
+    // the gateway found stands alone.
+    if (!(err instanceof ApiError)) throw err;
+  }
+  return atomicFailure(all);
+}
+
 /** The failures of an atomic batch as one problem: the first failure's type, every failure listed. */
 function atomicFailure(failures: { index: number; error: WireError }[]): ApiError {
   failures.sort((a, b) => a.index - b.index);
@@ -168,7 +208,7 @@ export const orderBatchRoute: RouteDef = route({
     };
 
     // ---- check every operation on its own ----
-    const checked: Checked[] = [];
+    let checked: Checked[] = [];
     const existing = new Set<number>();
     const size = ctx.req.body?.length ?? 0;
     body.operations.forEach((raw, index) => {
@@ -195,15 +235,17 @@ export const orderBatchRoute: RouteDef = route({
     let home: number;
     if (atomic && existing.size > 0) {
       home = partitionOf((checked.find((c) => c.op.op !== 'create')!.op as { id: string }).id);
-      for (const c of checked) {
-        if (c.op.op !== 'create' && partitionOf(c.op.id) !== home) {
-          fail(c.index, new ApiError('validation-failed', 'An atomic batch commits in one place, and this order is stored apart from the others it names. Orders created by one batch are stored together.'));
-        }
+      const apart = checked.filter((c) => c.op.op !== 'create' && partitionOf(c.op.id) !== home);
+      for (const c of apart) {
+        fail(c.index, new ApiError('validation-failed', 'An atomic batch commits in one place, and this order is stored apart from the others it names. Orders created by one batch are stored together.'));
       }
+      if (apart.length) checked = checked.filter((c) => !apart.includes(c));
     } else {
       home = partitionForNew(ctx);
     }
-    if (atomic && failures.length) throw atomicFailure(failures);
+    // An atomic batch already refused here is one problem naming every operation that fails: the
+    // rest are priced and checked by their owner too, and nothing is written.
+    if (atomic && failures.length) throw await atomicRefusal(ctx, tenant, home, checked, failures);
 
     // With a key, each group of operations keeps its own result under a key fixed by its
     // partition, so a retry finds every group that ran, however the other operations fare this
@@ -241,7 +283,7 @@ export const orderBatchRoute: RouteDef = route({
       }
       ready.push(c);
     }
-    if (atomic && failures.length) throw atomicFailure(failures);
+    if (atomic && failures.length) throw await atomicRefusal(ctx, tenant, home, ready, failures);
 
     // ---- one command per partition ----
     const groups = new Map<number, BatchOp[]>();
