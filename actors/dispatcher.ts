@@ -777,7 +777,11 @@ export class Dispatcher {
     if (items.length) {
       gone.push(new Promise((resolve, reject) => void this.sendAll([{ endpoint, items, done: (err) => (err === undefined ? resolve() : reject(err as Error)) }])));
     }
-    await Promise.all(gone);
+    // Every send's outcome is stored (or failed) before this returns, a failure or not: the
+    // worker's room is held until then, and its next round must not find a delivery still on
+    // its way pending, and send it again.
+    const settled = await Promise.allSettled(gone);
+    for (const s of settled) if (s.status === 'rejected') throw s.reason;
   }
 
   /**

@@ -8,7 +8,7 @@ import { ActorHost } from '../actors/host.js';
 import { newId, partitionFor, partitionOf } from '../common/ids.js';
 import { allPartitions } from '../common/partitions.js';
 import type { EndpointRecord } from '../proto/webhooks.js';
-import { removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
+import { failCommits, removeDir, silentLog, tempDir } from './helpers/edge-kit.js';
 import { deliveries, endpointCreate, ok, startReceiver, until, type Receiver } from './helpers/webhook-kit.js';
 
 const MB = 1024 * 1024;
@@ -124,4 +124,50 @@ test("a receiver's 410 disables its endpoint while clients' writes are refused b
   await until('the endpoint disabled', async () => (await endpoint()).status === 'disabled', 5_000);
   t.is((await endpoint()).status, 'disabled');
   t.is(r.got.length, 1);
+});
+
+test("a worker's round that fails on one delivery waits for the others' outcomes: none still on its way is found pending and sent again", async (t) => {
+  const dir = await tempDir('webhook-round');
+  const r = await startReceiver();
+  const clock = { now: Date.UTC(2026, 0, 1) };
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: allPartitions(),
+    mailboxLimit: 100,
+    log: silentLog(),
+    now: () => clock.now,
+    webhooks: { retrySchedule: [1, 5], timeoutMs: 5_000, disableAfterMs: 3_600_000, allowPrivateTargets: true },
+  });
+  t.teardown(async () => {
+    await host.close();
+    await r.close();
+    await removeDir(dir);
+  });
+  const tenant = 'round';
+  const e = await ok<EndpointRecord>(host.handle(endpointCreate(tenant, r.url)));
+  // First attempts: 500 with Retry-After: 3, so on the host's clock (which stands still) both
+  // are due again at the same moment, and one round of the endpoint's worker takes both.
+  let second = false;
+  r.answer = () => (second ? { status: 200, delayMs: 1500 } : { status: 500, headers: { 'retry-after': '3' } });
+  const ids = [newId('order'), newId('order')];
+  const create = (id: string) => host.handle({ kind: 'order.create', tenant, partition: partitionOf(id), id, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] });
+  for (const id of ids) t.true((await create(id)).ok);
+  await until('both first attempts stored', async () => (await deliveries(host, tenant, e.id)).filter((d) => d.status === 'pending' && d.attempts.length === 1).length === 2);
+  // The outbox rows go after the outcomes: let those commits land.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const [first, other] = await deliveries(host, tenant, e.id);
+  // One delivery's event is gone by its retry (swept), and its settling commit fails; the other
+  // is sent, and its receiver takes 1.5 s to answer.
+  const events = (host as unknown as { dispatcher: { events: { get(id: string): unknown } } }).dispatcher.events;
+  const get = events.get.bind(events);
+  events.get = (id: string) => (id === first!.eventId ? undefined : get(id));
+  failCommits(host, 1);
+  second = true;
+  clock.now += 3_000;
+  await until('the other delivered', async () => (await deliveries(host, tenant, e.id)).find((d) => d.id === other!.id)?.status === 'delivered', 10_000);
+  // Past the worker's retry after the failed round (1 s), and the delay of a second send.
+  await new Promise((resolve) => setTimeout(resolve, 2_500));
+  const sentAgain = r.got.filter((g) => (g.json as { id?: string } | undefined)?.id === other!.eventId).length;
+  t.is(sentAgain, 2, 'the first attempt and its retry, and no third send');
+  t.is((await deliveries(host, tenant, e.id)).find((d) => d.id === first!.id)?.status, 'failed', 'the one whose event is gone settles on the next round');
 });
