@@ -8,6 +8,7 @@
 // minor units of it). A paid or refunded order cannot be deleted: money has moved.
 
 import { ApiError } from '../common/errors.js';
+import { checkCurrencyChange } from '../common/currencies.js';
 import type { CommandOf, OrderRecord, ItemRecord, OrderInput, OrderPatch, ListQuery } from '../proto/messages.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 import { emit } from './events.js';
@@ -38,6 +39,7 @@ function bump(order: OrderRecord, changes: Partial<OrderRecord>, now: number): O
 
 function guardCurrency(order: OrderRecord, currency: string | undefined): void {
   if (currency === undefined || currency === order.currency) return;
+  checkCurrencyChange(currency, order.currency);
   if (order.status !== 'pending') throw invalidState(`The currency of a ${order.status} order cannot change.`);
   // Item prices are minor units of the order's currency: another currency would reread them.
   if (order.items.length > 0) throw invalidState('The currency of an order with items cannot change: their prices are in its currency.');
@@ -102,6 +104,7 @@ export const orderActor: ActorDef<OrderRecord, OrderCommand> = {
 
       case 'order.create': {
         if (current) throw new ApiError('conflict', 'An order with that id already exists.');
+        checkCurrencyChange(cmd.input.currency, undefined);
         const items: ItemRecord[] = cmd.items.map((i) => ({ ...i, createdAt: now, updatedAt: now }));
         const order: OrderRecord = {
           id: cmd.id,

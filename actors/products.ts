@@ -1,6 +1,7 @@
 // The product actor: a catalogue entry whose price is the default unit price of new line items.
 
 import { ApiError } from '../common/errors.js';
+import { checkCurrencyChange } from '../common/currencies.js';
 import type { CommandOf, ListQuery, ProductRecord } from '../proto/messages.js';
 import { type ActorDef, existing, existingMatching } from './actor.js';
 
@@ -30,12 +31,14 @@ export const productActor: ActorDef<ProductRecord, ProductCommand> = {
 
       case 'product.create': {
         if (current) throw new ApiError('conflict', 'A product with that id already exists.');
+        checkCurrencyChange(cmd.input.currency, undefined);
         const product: ProductRecord = { id: cmd.id, tenant: cmd.tenant, version: 1, ...cmd.input, createdAt: now, updatedAt: now };
         return { next: product, reply: product };
       }
 
       case 'product.patch': {
         const product = existingMatching(current, cmd, 'product');
+        checkCurrencyChange(cmd.patch.currency, product.currency);
         const next: ProductRecord = { ...product, ...cmd.patch, version: product.version + 1, updatedAt: now };
         return { next, reply: next };
       }

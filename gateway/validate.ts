@@ -3,7 +3,8 @@
 
 import { _, Ajv, str, type CodeKeywordDefinition, type ErrorObject, type KeywordCxt, type Name, type ValidateFunction } from 'ajv';
 import { ApiError, type FieldError } from '../common/errors.js';
-import { CURRENCY_CODES, CURRENCY_FORMAT } from './money.js';
+import { ISO_4217, NOT_ISO_4217 } from '../common/currencies.js';
+import { CURRENCY_FORMAT } from './money.js';
 import type { JsonSchema } from './route.js';
 
 // allowUnionTypes: nullable members are written `type: ['string', 'null']`.
@@ -67,7 +68,7 @@ function withLengthShortcut(ajv: Ajv): Ajv {
 
 /** The service's own formats: a currency is a code ISO 4217 lists, not any three capitals. */
 function withFormats(ajv: Ajv): Ajv {
-  return ajv.addFormat(CURRENCY_FORMAT, { type: 'string', validate: (s: string) => CURRENCY_CODES.has(s) });
+  return ajv.addFormat(CURRENCY_FORMAT, { type: 'string', validate: (s: string) => ISO_4217.has(s) });
 }
 
 function validators(schema: JsonSchema): Compiled {
@@ -99,7 +100,7 @@ function toFieldError(e: ErrorObject, readOnly: ReadonlySet<string>): FieldError
       };
     }
     case 'format':
-      if (params.format === CURRENCY_FORMAT) return { pointer: e.instancePath, detail: 'is not an ISO 4217 currency code' };
+      if (params.format === CURRENCY_FORMAT) return { pointer: e.instancePath, detail: NOT_ISO_4217 };
       return { pointer: e.instancePath, detail: e.message ?? 'is invalid' };
     case 'propertyNames':
       return { pointer: `${e.instancePath}/${escapeToken(String(params.propertyName))}`, detail: 'is not an allowed member name' };

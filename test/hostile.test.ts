@@ -8,6 +8,7 @@ import { connect } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import { loadConfig } from '../common/config.js';
+import { ISO_4217 } from '../common/currencies.js';
 import { type Service, startService } from '../gateway/app.js';
 import { MAX_HEAD_BYTES, MAX_TARGET_BYTES } from '../gateway/http.js';
 import { MAX_JSON_DEPTH } from '../gateway/pipeline.js';
@@ -285,6 +286,40 @@ test('a currency ISO 4217 does not list is 422 naming it, wherever a currency go
   t.deepEqual([await current(t, tok, order.path), await current(t, tok, product.path)], before, 'nothing changed');
   t.deepEqual(await listIds(t, tok, '/v1/products'), [product.id]);
   t.is((await listIds(t, tok)).length, 6);
+});
+
+test('records written in a currency ISO 4217 does not list (before codes were checked) stay writable with it; only a change to another such code is refused', async (t) => {
+  const tok = await token(SECRET, `${ALL_SCOPES} refunds:read refunds:write`, { tenant: freshTenant('legacy-currency') });
+  const codes = ISO_4217 as Set<string>;
+  // What a build that took any three capitals wrote: QZQ is taken only while these are created.
+  codes.add('QZQ');
+  let product, order;
+  try {
+    product = await create(t, tok, '/v1/products', { name: 'old', price: 500, currency: 'QZQ' });
+    order = await create(t, tok, '/v1/orders', { currency: 'QZQ', items: [{ productId: product.id, quantity: 2 }] });
+  } finally {
+    codes.delete('QZQ');
+  }
+  t.is((await ask(t, request('POST', '/v1/orders', tok, { currency: 'QZQ' }))).status, 422, 'a new record in it is refused');
+  const send = (method: string, path: string, body: object) => ask(t, request(method, path, tok, body));
+  const notIso = (a: Asked) => assertProblem(t, a, 422, 'validation-failed').errors?.map((e) => [e.pointer, e.detail]);
+
+  // Repeating the currency the record holds is fine; changing it to another unlisted code is not.
+  t.is((await send('PATCH', order.path, { currency: 'QZQ', note: 'kept' })).status, 200);
+  t.is((await send('PUT', order.path, { currency: 'QZQ', note: 'replaced' })).status, 200);
+  t.deepEqual(notIso(await send('PATCH', order.path, { currency: 'QQZ' })), [['/currency', 'is not an ISO 4217 currency code']]);
+  t.is((await send('PATCH', product.path, { currency: 'QZQ', price: 600 })).status, 200);
+  t.deepEqual(notIso(await send('PATCH', product.path, { currency: 'QQZ' })), [['/currency', 'is not an ISO 4217 currency code']]);
+  const batch = await send('POST', '/v1/orders/batch', { operations: [{ method: 'PATCH', id: order.id, body: { currency: 'QQZ' } }] });
+  t.deepEqual((JSON.parse(batch.text) as { results: { problem: { errors: { pointer: string }[] } }[] }).results[0]?.problem.errors.map((e) => e.pointer), ['/operations/0/body/currency']);
+
+  // It can be paid and refunded, in v2 money too.
+  t.is((await send('POST', `${order.path}/pay`, {})).status, 200);
+  const refund = await send('POST', '/v2/refunds', { orderId: order.id, amount: { amount: '1.00', currency: 'QZQ' } });
+  t.is(refund.status, 202, refund.text);
+  const o = (await current(t, tok, order.path)).json as { currency: string; note: string; total: number };
+  t.deepEqual([o.currency, o.note, o.total], ['QZQ', 'replaced', 1000]);
+  t.is(((await current(t, tok, product.path)).json as { price: number }).price, 600);
 });
 
 // ---- media type ----

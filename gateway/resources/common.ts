@@ -66,7 +66,10 @@ export const READ_ONLY = ['id', 'status', 'total', 'createdAt', 'updatedAt', '_l
  */
 export const UNICODE_TEXT = '^[^\\uD800-\\uDFFF]*$';
 
-export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$', format: CURRENCY_FORMAT, description: 'ISO 4217 code.' };
+/** A currency as records hold it, and as a write may repeat it (one changed is checked by the record's owner). */
+export const currencySchema: JsonSchema = { type: 'string', pattern: '^[A-Z]{3}$', description: 'ISO 4217 code.' };
+/** The currency of a record being created: a code ISO 4217 lists (common/currencies.ts). */
+export const newCurrencySchema: JsonSchema = { ...currencySchema, format: CURRENCY_FORMAT };
 
 // Member names that would reach Object.prototype if merged naively are refused outright, and so
 // is any name that starts with two underscores: msgpackr, which encodes every stored record and

@@ -27,7 +27,7 @@ import {
   variantOf,
 } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, guards, principalOf, route } from '../route.js';
-import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, READ_ONLY, UNICODE_TEXT, collectionSchema, linksSchema, problemResponses } from './common.js';
+import { idParam, target, iso, metadataSchema, metadataPatchSchema, currencySchema, newCurrencySchema, READ_ONLY, UNICODE_TEXT, collectionSchema, linksSchema, problemResponses } from './common.js';
 import { fetchProducts, renderProduct } from './products.js';
 import { cachedRendering, versionTag } from '../representation.js';
 import { moneyFor, moneyInputSchema, moneySchema, parseMoney, type Money } from '../money.js';
@@ -81,13 +81,13 @@ export const createSchema: JsonSchema = {
   type: 'object',
   additionalProperties: false,
   required: ['currency'],
-  properties: { ...orderWritable, items: { type: 'array', maxItems: MAX_ITEMS_PER_ORDER, items: itemInputSchema } },
+  properties: { ...orderWritable, currency: newCurrencySchema, items: { type: 'array', maxItems: MAX_ITEMS_PER_ORDER, items: itemInputSchema } },
 };
 
 /** v2 creates: `currency` still names the order's currency; item prices are money objects. */
 export const createSchemaV2: JsonSchema = {
   ...createSchema,
-  properties: { ...orderWritable, items: { type: 'array', maxItems: MAX_ITEMS_PER_ORDER, items: itemInputSchemaV2 } },
+  properties: { ...orderWritable, currency: newCurrencySchema, items: { type: 'array', maxItems: MAX_ITEMS_PER_ORDER, items: itemInputSchemaV2 } },
 };
 
 const replaceSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['currency'], properties: orderWritable };

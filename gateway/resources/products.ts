@@ -6,7 +6,7 @@ import type { ProductPatch, ProductRecord } from '../../proto/messages.js';
 import { PRODUCT_SORTS } from '../../actors/products.js';
 import { LIST_PARAMS, fieldsParam, parseFields, project, sortParam, variantOf } from '../collection.js';
 import { type Ctx, type JsonSchema, type Outcome, type RouteDef, partitionForNew, guards, principalOf, route } from '../route.js';
-import { idParam, target, collectionSchema, currencySchema, iso, linksSchema, problemResponses, READ_ONLY, plainListPage } from './common.js';
+import { idParam, target, collectionSchema, currencySchema, newCurrencySchema, iso, linksSchema, problemResponses, READ_ONLY, plainListPage } from './common.js';
 
 const BASE = '/v1/products';
 const PRODUCT_FIELDS = ['id', 'name', 'price', 'currency', 'createdAt', 'updatedAt'] as const;
@@ -19,7 +19,7 @@ const writable = {
   currency: currencySchema,
 };
 
-const createSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['name', 'price', 'currency'], properties: writable };
+const createSchema: JsonSchema = { type: 'object', additionalProperties: false, required: ['name', 'price', 'currency'], properties: { ...writable, currency: newCurrencySchema } };
 const patchSchema: JsonSchema = { type: 'object', additionalProperties: false, properties: writable };
 
 const productSchema: JsonSchema = {
