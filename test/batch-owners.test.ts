@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import anyTest, { type ExecutionContext, type TestFn } from 'ava';
 import type { Bus } from '../common/bus.js';
 import { loadConfig } from '../common/config.js';
+import { ISO_4217 } from '../common/currencies.js';
 import { partitionOf } from '../common/ids.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
@@ -308,4 +309,29 @@ test("an atomic batch the gateway refuses part of names every failing operation,
   t.deepEqual(alone.json<{ errors: { index: number }[] }>().errors.map((e) => e.index), [1]);
   t.context.nodes[0].down = false;
   t.is(await noteOf(t, order), null);
+});
+
+test('a keyed batch that ran answers its retry as it did, though a check tightened since would refuse one of its operations now', async (t) => {
+  const codes = ISO_4217 as Set<string>;
+  for (const atomic of [true, false]) {
+    const key = keyHomedOn(atomic ? 0 : 1, `tightened-${atomic}`);
+    const body = { atomic, operations: [{ method: 'POST', body: { currency: 'QZQ' } }, { method: 'POST', body: { currency: 'EUR' } }] };
+    // QZQ is taken for the first attempt only, as a build that checked less took it.
+    codes.add('QZQ');
+    let first: Answer;
+    try {
+      first = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+    } finally {
+      codes.delete('QZQ');
+    }
+    t.is(first.status, atomic ? 200 : 207, first.text);
+    const before = await countOrders(t);
+    const retry = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+    t.is(retry.status, first.status, retry.text);
+    t.is(retry.headers['idempotent-replayed'], 'true');
+    t.deepEqual(retry.json(), first.json(), 'the first answer, each result with its status');
+    t.is(await countOrders(t), before, 'nothing ran again');
+    // Without the key the same batch is refused now.
+    t.is((await call(t, { method: 'POST', path: '/v1/orders/batch', body })).status, atomic ? 422 : 207);
+  }
 });

@@ -243,10 +243,6 @@ export const orderBatchRoute: RouteDef = route({
     } else {
       home = partitionForNew(ctx);
     }
-    // An atomic batch already refused here is one problem naming every operation that fails: the
-    // rest are priced and checked by their owner too, and nothing is written.
-    if (atomic && failures.length) throw await atomicRefusal(ctx, tenant, home, checked, failures);
-
     // With a key, each group of operations keeps its own result under a key fixed by its
     // partition, so a retry finds every group that ran, however the other operations fare this
     // time. The group in the key's home partition keeps it under the key itself, and is sent even
@@ -255,12 +251,19 @@ export const orderBatchRoute: RouteDef = route({
     const tag = ctx.bus.idempotency;
     const keyHome = tag ? homePartition(tenant, tag.key) : undefined;
     const keyOf = (partition: number): string => (partition === keyHome ? tag!.key : `${tag!.key}\u0001${partition}`);
+    const keptAt = (partition: number): Promise<Sent<BatchOutcome[]> | undefined> => keptAnswer(ctx, tenant, partition, { key: keyOf(partition), fingerprint: tag!.fingerprint });
+
+    // An atomic batch already refused here is one problem naming every operation that fails: the
+    // rest are priced and checked by their owner too, and nothing is written. But a retry of one
+    // that ran answers as it did, should a check here refuse it now (one tightened since).
+    const ranBefore = atomic && failures.length && tag ? await keptAt(home) : undefined;
+    if (atomic && failures.length && !ranBefore) throw await atomicRefusal(ctx, tenant, home, checked, failures);
 
     // ---- a retry: the creates' group answers from what it kept ----
     // Its creates were priced when it ran; pricing them again would answer from the catalogue of
     // now (a product deleted since: 422; its owner unreachable: 503), not with the first answer.
     const creates = checked.filter((c) => c.op.op === 'create');
-    const kept = tag && creates.length ? await keptAnswer(ctx, tenant, home, { key: keyOf(home), fingerprint: tag.fingerprint }) : undefined;
+    const kept = ranBefore ?? (tag && creates.length ? await keptAt(home) : undefined);
 
     // ---- price the items of every create at once, then mint the ids ----
     const productIds = kept ? new Set<string>() : new Set(creates.flatMap((c) => [...productIdsOf(c.itemsRaw)]));
@@ -283,7 +286,7 @@ export const orderBatchRoute: RouteDef = route({
       }
       ready.push(c);
     }
-    if (atomic && failures.length) throw await atomicRefusal(ctx, tenant, home, ready, failures);
+    if (atomic && failures.length && !ranBefore) throw await atomicRefusal(ctx, tenant, home, ready, failures);
 
     // ---- one command per partition ----
     const groups = new Map<number, BatchOp[]>();
@@ -295,6 +298,8 @@ export const orderBatchRoute: RouteDef = route({
       ops.push(c.op);
     }
     if (keyHome !== undefined && !groups.has(keyHome)) groups.set(keyHome, []);
+    // Its kept answer is the whole batch's, whatever is refused here now.
+    if (ranBefore && !groups.has(home)) groups.set(home, []);
     // The other groups' sub-keys are kept until the home record expires, not a full TTL after
     // their own commits: a group run on a later retry must not outlive the key and refuse (422)
     // a request the home group, its key expired, has already run.
@@ -355,12 +360,13 @@ export const orderBatchRoute: RouteDef = route({
     const actorFailures = outcomes.filter((o): o is Extract<BatchOutcome, { ok: false }> => !o.ok);
     if (atomic && actorFailures.length) throw atomicFailure(actorFailures);
 
-    const methodOf = new Map(checked.map((c) => [c.index, c.method]));
+    // From the request itself: a kept answer may name an operation refused here now.
+    const methodOf = (index: number): BatchMethod => (body.operations[index] as { method: BatchMethod }).method;
     const results = [...byIndex.values()]
       .sort((a, b) => a.index - b.index)
       .map((o) => {
         if (!o.ok) return { index: o.index, status: PROBLEMS[o.error.code].status, problem: problemOf(o.error) };
-        const r: Record<string, unknown> = { index: o.index, status: SUCCESS_STATUS[methodOf.get(o.index)!], id: o.id };
+        const r: Record<string, unknown> = { index: o.index, status: SUCCESS_STATUS[methodOf(o.index)], id: o.id };
         // The tag a GET of the order answers, asked as this batch was, ready for the next If-Match.
         if (o.version !== null) r.etag = plainOrderTag(o.version, ctx);
         return r;
