@@ -12,6 +12,7 @@ import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { allRoutes } from '../gateway/app.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
+import { MAX_BATCH_PRODUCTS } from '../gateway/resources/order-batch.js';
 import { cachedRendering } from '../gateway/representation.js';
 import type { Command, OrderRecord } from '../proto/messages.js';
 import { ALL_SCOPES, answerOf, assertProblem, capturingLog, failCommits, freshTenant, removeDir, silentLog, tempDir, toRequest, token, type Call } from './helpers/edge-kit.js';
@@ -263,6 +264,28 @@ test("a cursor is good only for the collection that issued it; one issued before
   t.not(a, b);
   const followed = await call({ method: 'GET', path: next.split('?')[0]!, query: next.split('?')[1]! });
   t.is(followed.json<{ data: { id: string }[] }>().data[0]?.id, b);
+});
+
+test(`a batch naming more than ${MAX_BATCH_PRODUCTS} distinct products is 413 before any is read, partial or atomic, and writes nothing; ${MAX_BATCH_PRODUCTS} are priced`, async (t) => {
+  const call = await as(t, freshTenant('batch-products'));
+  // Ids of products that do not exist, well formed (a malformed one is refused without a read).
+  const ids = Array.from({ length: MAX_BATCH_PRODUCTS + 1 }, () => newId('product'));
+  const batchOf = (n: number, atomic: boolean) => ({
+    atomic,
+    operations: Array.from({ length: Math.ceil(n / 100) }, (_, op) => ({
+      method: 'POST',
+      body: { currency: 'EUR', items: Array.from({ length: Math.min(100, n - op * 100) }, (_, i) => ({ productId: ids[op * 100 + i], quantity: 1 })) },
+    })),
+  });
+  for (const atomic of [false, true]) {
+    const over = await call({ method: 'POST', path: '/v1/orders/batch', body: batchOf(MAX_BATCH_PRODUCTS + 1, atomic) });
+    t.regex(assertProblem(t, over, 413, 'payload-too-large').detail ?? '', new RegExp(`${MAX_BATCH_PRODUCTS + 1} distinct products`));
+  }
+  // At the bound they are looked up: none exists, so each create is refused on its own.
+  const at = await call({ method: 'POST', path: '/v1/orders/batch', body: batchOf(MAX_BATCH_PRODUCTS, false) });
+  t.is(at.status, 207, at.text);
+  t.true(at.json<{ results: { status: number }[] }>().results.every((r) => r.status === 422));
+  t.is((await call({ method: 'GET', path: '/v1/orders' })).json<{ data: unknown[] }>().data.length, 0);
 });
 
 test('a large invalid body names its first failure; a small one names every failure, at most 100', async (t) => {

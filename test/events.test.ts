@@ -158,6 +158,14 @@ test('an atomic batch that fails emits nothing; one that succeeds emits an event
   const good = await c.post('/v1/orders/batch', { atomic: true, operations: [{ method: 'POST', body: { currency: 'EUR' } }, { method: 'POST', body: { currency: 'USD' } }] });
   t.is(good.status, 200);
   t.deepEqual((await c.get('/v1/events')).json.data.map((e: { type: string }) => e.type), ['order.created', 'order.created']);
+
+  // Refused by the order's owner itself (a stale tag behind a patch that would pass): no event
+  // for the patch that was not written either.
+  const id = good.json.results[0].id as string;
+  const refused = await c.post('/v1/orders/batch', { atomic: true, operations: [{ method: 'PATCH', id, body: { note: 'not written' } }, { method: 'PATCH', id, ifMatch: '"9-x"', body: { note: 'stale' } }] });
+  t.is(refused.status, 412, refused.text);
+  t.is((await c.get(`/v1/orders/${id}`)).json.note, null);
+  t.deepEqual((await c.get('/v1/events')).json.data.map((e: { type: string }) => e.type), ['order.created', 'order.created']);
 });
 
 test('a full refund emits refund.created, then refund.succeeded and order.refunded with the refunded order', async (t) => {

@@ -58,6 +58,28 @@ test('a keyed write whose answer was lost is answered again to the retry, and ru
   t.like(other, { ok: false, error: { code: 'idempotency-key-reused' } });
 });
 
+test('a keyed write commits its effect and its kept answer in one transaction, for a create, a patch and a batch', async (t) => {
+  const { host } = t.context;
+  const store = (host as unknown as { store: { commit(writes: { table: { spec: { name: string } }; id: string }[], how?: unknown): Promise<void> } }).store;
+  const commit = store.commit.bind(store);
+  const commits: string[][] = [];
+  store.commit = (writes, how) => {
+    commits.push(writes.map((w) => w.table.spec.name));
+    return commit(writes, how);
+  };
+  const created = await host.handle(create('t1', tag('one-tx')));
+  const id = idOf(created);
+  await host.handle({ kind: 'order.patch', tenant: 't1', partition: partitionOf(id), id, ifMatch: undefined, patch: { note: 'p' }, idem: tag('one-tx-patch') });
+  const batchId = newId('order', 7);
+  await host.handle({ kind: 'order.batch', tenant: 't1', partition: 7, atomic: true, ops: [{ index: 0, op: 'create', id: batchId, input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }], idem: tag('one-tx-batch') });
+  // Each keyed write is one commit holding the order and the key (and its event and outbox row).
+  t.is(commits.length, 3, JSON.stringify(commits));
+  for (const tables of commits) {
+    t.true(tables.includes('orders'), JSON.stringify(tables));
+    t.true(tables.includes(IDEMPOTENCY.name), JSON.stringify(tables));
+  }
+});
+
 test('a replay says how much longer its key is kept, by its owner\'s clock, for a gateway whose clock differs', async (t) => {
   const { host, clock } = t.context;
   const first = await host.handle(create('t1', tag('left')));

@@ -82,6 +82,33 @@ test('a batch holding thousands of keys runs, whether they are all free or one o
   t.like(done[0], { ok: true, id: held, version: 2 }, 'the patch ran after the create it queued behind');
 });
 
+test('a key holds MAILBOX_LIMIT commands, the running one included: the next is refused unavailable (503), and a later one runs', async (t) => {
+  const dir = await tempDir('mailboxes-limit');
+  const LIMIT = 5;
+  const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: LIMIT, log: silentLog() });
+  try {
+    const id = newId('order', PARTITION);
+    valueOf(await host.handle(create(id)));
+    const release = holdNextCommit(host);
+    const sent = Array.from({ length: LIMIT + 3 }, (_, i) => host.handle(patch(id, { [`k${i}`]: 'v' })));
+    await delay(50);
+    release();
+    const results = await Promise.all(sent);
+    t.is(results.filter((r) => r.ok).length, LIMIT);
+    const refused = results.filter((r) => !r.ok);
+    t.is(refused.length, 3);
+    for (const r of refused) t.like(r, { ok: false, error: { code: 'unavailable' } });
+    // The ones admitted are the first LIMIT sent, applied in order; the rest changed nothing.
+    const order = valueOf<OrderRecord>(await host.handle({ kind: 'order.get', tenant: 't1', partition: partitionOf(id), id }));
+    t.deepEqual(Object.keys(order.metadata).sort(), Array.from({ length: LIMIT }, (_, i) => `k${i}`).sort());
+    t.is(order.version, 1 + LIMIT);
+    t.true((await host.handle(patch(id, { again: 'v' }))).ok);
+  } finally {
+    await host.close();
+    await removeDir(dir);
+  }
+});
+
 test('every mailbox is given back: with room for one turn per key, the writes after a keyed write and after a batch get in', async (t) => {
   const dir = await tempDir('mailboxes-one');
   const host = new ActorHost({ dataDir: dir, partitions: allPartitions(), mailboxLimit: 1, log: silentLog() });
