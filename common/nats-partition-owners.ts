@@ -47,6 +47,18 @@ function passing(err: unknown): boolean {
   return e?.code === '503' || e?.code === 'TIMEOUT' || e?.code === 'DISCONNECT' || e?.code === 'CONNECTION_CLOSED' || e?.code === 'CONNECTION_REFUSED';
 }
 
+/**
+ * The bucket's stream made by another node while this one made it too: two nodes opening the
+ * bucket for the first time at once. JetStream answers the second "subjects overlap with an
+ * existing stream" (10065) or "stream name already in use" (10058); opened again, it is there.
+ */
+function madeMeanwhile(err: unknown): boolean {
+  const code = (err as NatsFailure)?.api_error?.err_code;
+  return code === 10065 || code === 10058;
+}
+/** Opens tried again after madeMeanwhile: past them the answer is a fault (a bucket made elsewhere with other settings, say). */
+const MADE_MEANWHILE_TRIES = 3;
+
 /** A create refused because the key holds a record already (JetStream's "wrong last sequence"). */
 function exists(err: unknown): boolean {
   return (err as NatsFailure)?.api_error?.err_code === 10071;
@@ -88,6 +100,7 @@ export async function claimPartitions(
   // The bucket as it is opened; tests hand in one that another node's claim races.
   open: (nc: NatsConnection) => Promise<KV> = bucket,
 ): Promise<void> {
+  let madeTries = 0;
   for (let attempt = 1; ; attempt++) {
     let outcome: 'claimed' | 'raced';
     let opened = false;
@@ -97,6 +110,11 @@ export async function claimPartitions(
       outcome = await claimOnce(kv, store, node, partitions, attempt === RACE_ATTEMPTS);
     } catch (err) {
       if (err instanceof ConfigError) throw err;
+      if (!opened && madeMeanwhile(err) && madeTries++ < MADE_MEANWHILE_TRIES) {
+        await sleep(RACE_PAUSE_MS * Math.random());
+        attempt--;
+        continue;
+      }
       // Only the JetStream API, asked to open the bucket, tells that JetStream is off: no
       // responders to a record's subject mean its stream cannot answer for now (its server
       // restarting, a leader being elected), which passes.

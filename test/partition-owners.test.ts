@@ -151,6 +151,14 @@ test('JetStream without a leader is waited for; JetStream off, or a fault to fix
   await claimPartitions(nc, 'waits', 'waits', [1, 2], (m) => warned.push(m), failing({ code: '503', api_error: { err_code: 10008 } }, 1));
   t.is(warned.length, 1);
   t.regex(warned[0]!, /for now .*trying again/);
+  // Another node making the bucket at the same moment (seen as "subjects overlap with an existing
+  // stream" when two nodes start on a new NATS at once): opened again, with nothing to tell.
+  const quiet: string[] = [];
+  await claimPartitions(nc, 'made', 'made', [4], (m) => quiet.push(m), failing({ message: 'subjects overlap with an existing stream', api_error: { err_code: 10065 } }, 2));
+  t.deepEqual(quiet, []);
+  // Always so, it is a fault after a few tries.
+  const madeElsewhere = await t.throwsAsync(claimPartitions(nc, 'made2', 'made2', [6], () => {}, failing({ api_error: { err_code: 10058 } }, 10)));
+  t.regex(madeElsewhere?.message ?? '', /cannot be read or written/);
   // No responders to a record's subject (the bucket's stream offline for a moment) passes too.
   const offline = new Set<string>();
   const streamOffline = withCreate((target, key, value) => {
