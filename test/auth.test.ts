@@ -132,3 +132,14 @@ test.serial('a kept refusal is forgotten after an hour, so a refusal made under 
     Date.now = realNow;
   }
 });
+
+test('a token signed with the secret under another algorithm than HS256 is refused 401', async (t) => {
+  const auth = new Authenticator(SECRET);
+  for (const alg of ['HS384', 'HS512'] as const) {
+    const tok = await new SignJWT({ sub: 'u1', scope: 'orders:read' }).setProtectedHeader({ alg, typ: 'JWT' }).setExpirationTime('1h').sign(new TextEncoder().encode(SECRET));
+    const err = await refusedWith(auth, `Bearer ${tok}`);
+    t.is(err.status, 401, alg);
+  }
+  // The same claims under HS256 pass.
+  t.is((await auth.authenticate(`Bearer ${await token(SECRET, 'orders:read', { sub: 'u1' })}`))?.sub, 'u1');
+});

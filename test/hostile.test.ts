@@ -427,6 +427,11 @@ test(`a request target over ${MAX_TARGET_BYTES} bytes is 414 and closed, path an
     t.true(over.closed, `${target.length} bytes: the connection stays open`);
     t.true((over.closedAfterMs ?? Infinity) < PROMPT_MS, `closed after ${over.closedAfterMs} ms`);
   }
+  // Counted in bytes, not characters: 1,110 characters of raw UTF-8, 3,310 bytes.
+  const euros = `/problems/${'€'.repeat(1100)}`;
+  t.true(euros.length < MAX_TARGET_BYTES && Buffer.byteLength(euros) > MAX_TARGET_BYTES);
+  const inBytes = await ask(t, Buffer.concat([Buffer.from('GET '), Buffer.from(euros), Buffer.from(' HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n')]));
+  assertProblem(t, inBytes, 414, 'uri-too-long');
   const page = await t.context.http.send('GET', '/problems/uri-too-long', { headers: { accept: 'text/html' } });
   t.is(page.status, 200);
   t.regex(page.text, /HTTP status 414/);

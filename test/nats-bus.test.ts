@@ -1,7 +1,7 @@
 // Cluster-mode bus against a real nats-server. Each test gets its own server, so tests can run
 // concurrently and one test's nodes never answer another's announcements.
 
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { join } from 'node:path';
@@ -238,18 +238,27 @@ test('answers too large together for one reply arrive whole: those over max_payl
   t.deepEqual(value.rows.map((r) => r.v), [...value.rows.keys()]);
 });
 
-test('a node killed without a word is answered "no owner" at once, from the server, not at the deadline', async (t) => {
+/** A nats-server and an actor node process serving every partition on it; both end with the test (a stopped node is woken to be killed). */
+async function actorNodeProcess(t: ExecutionContext, nodeId: string): Promise<{ nats: NatsServer; node: ChildProcess }> {
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());
-  const dir = await tempDir('killed-node');
+  const dir = await tempDir(`node-${nodeId}`);
   t.teardown(() => removeDir(dir));
   const node = spawn(process.execPath, [join(ROOT, 'dist/actors/main.js')], {
-    env: { PATH: process.env.PATH ?? '', NATS_URL: nats.url, NODE_ID: 'doomed', DATA_DIR: dir, LOG_LEVEL: 'warn' },
+    env: { PATH: process.env.PATH ?? '', NATS_URL: nats.url, NODE_ID: nodeId, DATA_DIR: dir, LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'ignore', 'ignore'],
   });
-  t.teardown(() => {
-    if (node.exitCode === null && node.signalCode === null) node.kill('SIGKILL');
+  t.teardown(async () => {
+    if (node.exitCode !== null || node.signalCode !== null) return;
+    node.kill('SIGCONT');
+    node.kill('SIGKILL');
+    await exited(node);
   });
+  return { nats, node };
+}
+
+test('a node killed without a word is answered "no owner" at once, from the server, not at the deadline', async (t) => {
+  const { nats, node } = await actorNodeProcess(t, 'doomed');
   // The deadline is far off: an answer that waited for it would say so.
   const bus = await connectNatsBus(nats.url, { timeoutMs: 30_000 });
   t.teardown(() => bus.close());
@@ -428,6 +437,38 @@ test('with NATS down the bus answers unavailable within its deadline, and serves
     r = await bus.send(get(11));
   }
   t.deepEqual(valueOf(r), { node: 'all', id: 'ord_11', partition: 11 });
+});
+
+/** Sends a read for `partition` on a bus whose deadline is 20 s: it must be refused unavailable well before. */
+async function refusedAtOnce(t: ExecutionContext, bus: NatsBus, partition: number): Promise<void> {
+  const started = Date.now();
+  const r = await bus.send(get(partition));
+  t.like(r, { ok: false, error: { code: 'unavailable' } });
+  // A quarter of the deadline: room for a loaded machine, none for waiting the deadline out.
+  t.true(Date.now() - started < 5000, `answered after ${Date.now() - started} ms, not at once`);
+}
+
+test('with NATS gone the bus refuses at once, long before a far deadline', async (t) => {
+  t.timeout(60_000);
+  const { nats, bus } = await cluster(t, { all: ALL }, 20_000);
+  t.true((await bus.send(get(9))).ok);
+  await nats.kill();
+  // The client reads the closed connection a moment after the server is gone.
+  await delay(500);
+  await refusedAtOnce(t, bus, 10);
+});
+
+test('a node frozen (SIGSTOP) stops owning its partitions once its heartbeats are missed: answered at once, not at the deadline', async (t) => {
+  t.timeout(60_000);
+  const { nats, node } = await actorNodeProcess(t, 'frozen');
+  const bus = await connectNatsBus(nats.url, { timeoutMs: 20_000 });
+  t.teardown(() => bus.close());
+  t.true(await bus.waitForOwners(ALL, 15_000), 'the node announced its partitions');
+  node.kill('SIGSTOP');
+  // Its connection stays open, so NATS still routes to it: only the missed heartbeats (three of
+  // 2 s, and a sweep) tell the bus that no one serves its partitions.
+  await delay(8_500);
+  await refusedAtOnce(t, bus, 3);
 });
 
 test('a connection lost while the bus starts is closed, not left reconnecting for nobody', async (t) => {

@@ -123,6 +123,10 @@ test('a delivery verifies with stripe, standardwebhooks and verifyWebhook, and c
     t.throws(() => verifyWebhook(Buffer.concat([got.raw, Buffer.from(' ')]), got.headers, endpoint.signingSecret), { instanceOf: WebhookVerificationError });
     // A replay outside the window is refused.
     t.throws(() => verifyWebhook(got.raw, got.headers, endpoint.signingSecret, { now: Math.floor(Date.now() / 1000) + 301 }), { message: /tolerance/ });
+    // So is one stamped ahead of the clock by as much (a receiver whose clock lags, or a forgery).
+    const stamped = Number(headerString(got.headers['webhook-timestamp']));
+    t.throws(() => verifyWebhook(got.raw, got.headers, endpoint.signingSecret, { now: stamped - 301 }), { message: /tolerance/ });
+    t.is(verifyWebhook(got.raw, got.headers, endpoint.signingSecret, { now: stamped - 299 }).id, eventId);
 
     // The event as the API serves it is the same event.
     const ev = await c.get(`/v1/events/${eventId}`);
