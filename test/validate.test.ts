@@ -3,7 +3,9 @@
 
 import test from 'ava';
 import fc from 'fast-check';
+import { ISO_4217 } from '../common/currencies.js';
 import { ApiError } from '../common/errors.js';
+import { newCurrencySchema } from '../gateway/resources/common.js';
 import { allRoutes } from '../gateway/app.js';
 import { codePoints, compileSchema, FULL_REPORT_MAX_BYTES, validateBody, warmValidators } from '../gateway/validate.js';
 import type { JsonSchema } from '../gateway/route.js';
@@ -119,4 +121,15 @@ test('a body failing a schema no warm-up compiled lists every failure at once', 
     failures(schema, { a: 'x', b: 1, c: true }).map((f) => f.pointer).sort(),
     ['/a', '/b', '/c'],
   );
+});
+
+test("the currencies taken are ISO 4217's, funds, metals and special codes included, and none it has withdrawn", (t) => {
+  for (const code of ['EUR', 'USD', 'JPY', 'KWD', 'VED', 'ZWG', 'XCG', 'SLE', 'CHE', 'CHW', 'BOV', 'CLF', 'COU', 'MXV', 'USN', 'UYI', 'UYW', 'XAU', 'XDR', 'XTS', 'XXX']) {
+    t.true(ISO_4217.has(code), code);
+  }
+  // Withdrawn (though Node's ICU still lists the first three), or never codes at all.
+  for (const code of ['HRK', 'SLL', 'ZWL', 'DEM', 'ZZZ', 'eur']) t.false(ISO_4217.has(code), code);
+  const schema: JsonSchema = { type: 'object', properties: { currency: newCurrencySchema } };
+  t.deepEqual(failures(schema, { currency: 'VED' }), []);
+  t.deepEqual(failures(schema, { currency: 'HRK' }), [{ pointer: '/currency', detail: 'is not an ISO 4217 currency code' }]);
 });
