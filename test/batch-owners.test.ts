@@ -15,9 +15,16 @@ import { allRoutes } from '../gateway/app.js';
 import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { homePartition } from '../gateway/idempotency.js';
+import { CURRENCY_FORMAT } from '../gateway/money.js';
+import { patchSchema } from '../gateway/resources/orders.js';
+import type { JsonSchema } from '../gateway/route.js';
 import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import type { Command, Query, Result } from '../proto/messages.js';
 import { type Answer, type Call, ALL_SCOPES, answerOf, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
+
+// A PATCH check this file can tighten between two attempts: `customerId` must be a code in
+// ISO_4217 here (a mutable set), for operations on orders. Set before any request compiles it.
+(patchSchema as { properties: Record<string, JsonSchema> }).properties.customerId = { type: 'string', format: CURRENCY_FORMAT };
 
 const SECRET = 'batch-owners-secret-0123456789abcdef';
 const HOUR = 3600_000;
@@ -311,19 +318,22 @@ test("an atomic batch the gateway refuses part of names every failing operation,
   t.is(await noteOf(t, order), null);
 });
 
-test('a keyed batch that ran answers its retry as it did, though a check tightened since would refuse one of its operations now', async (t) => {
+/** A batch sent while the code QZQ is taken, as a build that checked less took it; refused after. */
+async function beforeTightening(t: { context: Context }, body: object, key: string): Promise<Answer> {
   const codes = ISO_4217 as Set<string>;
+  codes.add('QZQ');
+  try {
+    return await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  } finally {
+    codes.delete('QZQ');
+  }
+}
+
+test('a keyed batch that ran answers its retry as it did, though a check tightened since would refuse one of its operations now', async (t) => {
   for (const atomic of [true, false]) {
     const key = keyHomedOn(atomic ? 0 : 1, `tightened-${atomic}`);
     const body = { atomic, operations: [{ method: 'POST', body: { currency: 'QZQ' } }, { method: 'POST', body: { currency: 'EUR' } }] };
-    // QZQ is taken for the first attempt only, as a build that checked less took it.
-    codes.add('QZQ');
-    let first: Answer;
-    try {
-      first = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
-    } finally {
-      codes.delete('QZQ');
-    }
+    const first = await beforeTightening(t, body, key);
     t.is(first.status, atomic ? 200 : 207, first.text);
     const before = await countOrders(t);
     const retry = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
@@ -334,4 +344,21 @@ test('a keyed batch that ran answers its retry as it did, though a check tighten
     // Without the key the same batch is refused now.
     t.is((await call(t, { method: 'POST', path: '/v1/orders/batch', body })).status, atomic ? 422 : 207);
   }
+});
+
+test("an atomic batch's retry whose operation that placed it is refused now answers from where the group ran: the first answer, never a 200 holding a failure", async (t) => {
+  // The order on one node, the key's home on the other: the key's home keeps an empty group.
+  const order = await orderOn(t, 0);
+  const key = keyHomedOn(1, 'placed');
+  const body = { atomic: true, operations: [{ method: 'PATCH', id: order, body: { customerId: 'QZQ', note: 'placed' } }] };
+  const first = await beforeTightening(t, body, key);
+  t.is(first.status, 200, first.text);
+  const retry = await call(t, { method: 'POST', path: '/v1/orders/batch', body }, key);
+  t.is(retry.status, 200, retry.text);
+  t.is(retry.headers['idempotent-replayed'], 'true');
+  t.deepEqual(retry.json(), first.json());
+  // Without the key the same batch is refused now, and nothing is written.
+  const fresh = await call(t, { method: 'POST', path: '/v1/orders/batch', body: { ...body, operations: [{ ...body.operations[0]!, body: { customerId: 'QZQ', note: 'not written' } }] } });
+  t.is(fresh.status, 422, fresh.text);
+  t.is(await noteOf(t, order), 'placed');
 });

@@ -25,6 +25,8 @@ import type { OrderPatch } from '../../proto/messages.js';
 
 const METHODS = ['POST', 'PATCH', 'DELETE'] as const;
 export const MAX_BATCH_PRODUCTS = 1000;
+/** Places an atomic batch's retry, refused here now, looks for its kept answer (keptGroup). */
+const MAX_KEPT_LOOKS = 8;
 type BatchMethod = (typeof METHODS)[number];
 const SUCCESS_STATUS: Record<BatchMethod, number> = { POST: 201, PATCH: 200, DELETE: 204 };
 
@@ -252,11 +254,28 @@ export const orderBatchRoute: RouteDef = route({
     const keyHome = tag ? homePartition(tenant, tag.key) : undefined;
     const keyOf = (partition: number): string => (partition === keyHome ? tag!.key : `${tag!.key}\u0001${partition}`);
     const keptAt = (partition: number): Promise<Sent<BatchOutcome[]> | undefined> => keptAnswer(ctx, tenant, partition, { key: keyOf(partition), fingerprint: tag!.fingerprint });
+    // An atomic group's kept outcomes, where this attempt places the group or where the orders
+    // the request names are (an operation refused now may be the one that placed it before); the
+    // group then answers from there. An empty group's (the key's home holds one) answers nothing.
+    const keptGroup = async (): Promise<Sent<BatchOutcome[]> | undefined> => {
+      const named = body.operations.flatMap((o) => {
+        const id = typeof (o as { id?: unknown }).id === 'string' ? parseId('order', (o as { id: string }).id) : undefined;
+        return id ? [partitionOf(id)] : [];
+      });
+      for (const p of [...new Set([home, ...named])].slice(0, MAX_KEPT_LOOKS)) {
+        const found = await keptAt(p);
+        if (found && found.value.length > 0) {
+          home = p;
+          return found;
+        }
+      }
+      return undefined;
+    };
 
     // An atomic batch already refused here is one problem naming every operation that fails: the
     // rest are priced and checked by their owner too, and nothing is written. But a retry of one
     // that ran answers as it did, should a check here refuse it now (one tightened since).
-    const ranBefore = atomic && failures.length && tag ? await keptAt(home) : undefined;
+    const ranBefore = atomic && failures.length && tag ? await keptGroup() : undefined;
     if (atomic && failures.length && !ranBefore) throw await atomicRefusal(ctx, tenant, home, checked, failures);
 
     // ---- a retry: the creates' group answers from what it kept ----
@@ -357,8 +376,10 @@ export const orderBatchRoute: RouteDef = route({
     // first attempt's answer.
     const byIndex = new Map<number, BatchOutcome>(refused.map((o) => [o.index, o]));
     for (const o of outcomes) byIndex.set(o.index, o);
-    const actorFailures = outcomes.filter((o): o is Extract<BatchOutcome, { ok: false }> => !o.ok);
-    if (atomic && actorFailures.length) throw atomicFailure(actorFailures);
+    // An atomic answer is all or nothing: any failure left, the owners' or (on a retry whose kept
+    // answer does not cover an operation) this attempt's, makes it the one problem.
+    const failed = [...byIndex.values()].filter((o): o is Extract<BatchOutcome, { ok: false }> => !o.ok);
+    if (atomic && failed.length) throw atomicFailure(failed);
 
     // From the request itself: a kept answer may name an operation refused here now.
     const methodOf = (index: number): BatchMethod => (body.operations[index] as { method: BatchMethod }).method;
