@@ -42,6 +42,13 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     t.is(again.text, first.text, 'the first body, byte for byte');
     t.is(again.headers.location, first.headers.location);
     t.is(again.headers.etag, first.headers.etag);
+    // The gateway keeps an answer it replayed: a third retry is answered from there, alike.
+    const third = await c.post('/v1/orders', body, { 'idempotency-key': k });
+    t.is(third.status, 201, third.text);
+    t.true(replayed(third), 'Idempotent-Replayed: true, from the gateway too');
+    t.is(third.text, first.text);
+    t.is(third.headers.location, first.headers.location);
+    t.is(third.headers.etag, first.headers.etag);
     t.is(await countOrders(t, c), 1, 'one order, however many retries');
     t.is((await c.get(`/v1/orders/${id}`)).json.note, 'changed', 'the replay changed nothing');
   });
@@ -117,11 +124,18 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     const b = await tenant(t, 'idem-b');
     const k = key();
     const ra = await a.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k });
+    // Replayed twice, a's answer is kept by the gateway as well as by the owner.
+    for (let i = 0; i < 2; i++) t.true(replayed(await a.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k })));
     const rb = await b.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k });
     t.is(ra.status, 201);
     t.is(rb.status, 201);
     t.false(replayed(rb), "another tenant's key is another key");
     t.not(ra.json.id, rb.json.id);
+    const rbAgain = await b.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k });
+    t.true(replayed(rbAgain));
+    t.is(rbAgain.json.id, rb.json.id);
+    t.is(await countOrders(t, a), 1);
+    t.is(await countOrders(t, b), 1);
   });
 
   test('idempotency: concurrent identical creates through every gateway make exactly one order', async (t) => {
