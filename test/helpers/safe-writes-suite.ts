@@ -60,6 +60,9 @@ export function registerSafeWritesSuite(test: TestFn<SuiteContext>): void {
     t.is(first.status, 201, first.text);
     const otherBody = await c.post('/v1/orders', { currency: 'USD' }, { 'idempotency-key': k });
     assertProblem(t, otherBody, 422, 'idempotency-key-reused');
+    // The same bytes under another media type are another request (CONTRACT §7's fingerprint).
+    const otherType = await c.post('/v1/orders', { currency: 'EUR' }, { 'idempotency-key': k, 'content-type': 'application/json; charset=utf-8' });
+    assertProblem(t, otherType, 422, 'idempotency-key-reused');
     // A keyed create lives where its key does, so another create or an action on that order
     // with the same key meets the first use, in either mode.
     const otherPath = await c.post('/v1/products', { name: 'Other', price: 1, currency: 'EUR' }, { 'idempotency-key': k });
