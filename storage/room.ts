@@ -116,7 +116,7 @@ export class Room {
    * already: undefined if not. The function returned gives it back (once).
    */
   hold(cost: number, tier: RoomTier): (() => void) | undefined {
-    if (this.left(cost, tier, performance.now(), true) < 0) return undefined;
+    if (!this.has(cost, tier)) return undefined;
     this.held += cost;
     let given = false;
     return () => {

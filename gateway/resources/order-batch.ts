@@ -83,6 +83,32 @@ interface RawOp {
 
 type Checked = { index: number; method: BatchMethod; op: BatchOp; itemsRaw: Record<string, unknown>[] };
 
+/** The products the creates not priced yet name (a create's id is minted with its price). */
+function unpricedProducts(checked: Checked[]): Set<string> {
+  return new Set(checked.flatMap((c) => (c.op.op === 'create' && c.op.id === '' ? [...productIdsOf(c.itemsRaw)] : [])));
+}
+
+/**
+ * `checked` with each create not priced yet given an id minted in `home` and its items priced
+ * from `products`; a create that cannot be priced goes to `refuse` and is left out.
+ */
+function priceCreates(checked: Checked[], products: Map<string, ProductRecord>, home: number, refuse: (index: number, err: unknown) => void): Checked[] {
+  const ready: Checked[] = [];
+  for (const c of checked) {
+    if (c.op.op === 'create' && c.op.id === '') {
+      const id = newId('order', home);
+      try {
+        c.op = { ...c.op, id, items: priceWith(products, id, c.op.input.currency, c.itemsRaw, (i) => `/operations/${c.index}/body/items/${i}`) };
+      } catch (err) {
+        refuse(c.index, err);
+        continue;
+      }
+    }
+    ready.push(c);
+  }
+  return ready;
+}
+
 /** Pointers of a failure inside operation `index`, made absolute in the request document. */
 function within(index: number, err: ApiError, prefix: string): ApiError {
   const { errors } = underPointer({ errors: err.extra.errors }, `/operations/${index}${prefix}`);
@@ -131,25 +157,15 @@ function problemOf(error: WireError): Record<string, unknown> {
 async function atomicRefusal(ctx: Ctx, tenant: string, home: number, rest: Checked[], failures: { index: number; error: WireError }[]): Promise<ApiError> {
   const all = [...failures];
   try {
-    // The products of the creates not priced yet (a create's id is minted with its price).
-    const productIds = new Set(rest.flatMap((c) => (c.op.op === 'create' && c.op.id === '' ? [...productIdsOf(c.itemsRaw)] : [])));
-    // Too many to price: those creates are left out rather than guessed at.
+    const productIds = unpricedProducts(rest);
+    // Too many to price: the creates naming products are left out rather than guessed at.
     const priceable = productIds.size <= MAX_BATCH_PRODUCTS;
     const products = productIds.size && priceable ? await fetchProducts(ctx, productIds) : new Map<string, ProductRecord>();
-    const ops: BatchOp[] = [];
-    for (const c of rest) {
-      const op = c.op;
-      if (op.op !== 'create' || op.id !== '') ops.push(op);
-      else if (priceable || !c.itemsRaw.length) {
-        const id = newId('order', home);
-        try {
-          ops.push({ ...op, id, items: priceWith(products, id, op.input.currency, c.itemsRaw, (i) => `/operations/${c.index}/body/items/${i}`) });
-        } catch (err) {
-          if (!(err instanceof ApiError)) throw err;
-          all.push({ index: c.index, error: toWire(err) });
-        }
-      }
-    }
+    const toPrice = priceable ? rest : rest.filter((c) => !(c.op.op === 'create' && c.op.id === '' && c.itemsRaw.length));
+    const ops = priceCreates(toPrice, products, home, (index, err) => {
+      if (!(err instanceof ApiError)) throw err;
+      all.push({ index, error: toWire(err) });
+    }).map((c) => c.op);
     if (ops.length) {
       const outcomes = await ctx.bus.call({ kind: 'order.batchCheck', tenant, partition: home, ops });
       for (const o of outcomes) if (!o.ok) all.push({ index: o.index, error: o.error });
@@ -285,26 +301,14 @@ export const orderBatchRoute: RouteDef = route({
     const kept = ranBefore ?? (tag && creates.length ? await keptAt(home) : undefined);
 
     // ---- price the items of every create at once, then mint the ids ----
-    const productIds = kept ? new Set<string>() : new Set(creates.flatMap((c) => [...productIdsOf(c.itemsRaw)]));
+    const productIds = kept ? new Set<string>() : unpricedProducts(creates);
     // Each product is a read; one request may not fan out without bound (ARCHITECTURE 7).
     if (productIds.size > MAX_BATCH_PRODUCTS) {
       throw new ApiError('payload-too-large', `The batch names ${productIds.size} distinct products; at most ${MAX_BATCH_PRODUCTS} may be priced in one batch. Nothing was written.`);
     }
     const products = productIds.size ? await fetchProducts(ctx, productIds) : new Map<string, ProductRecord>();
-    const ready: Checked[] = [];
-    for (const c of checked) {
-      if (c.op.op === 'create' && !kept) {
-        const id = newId('order', home);
-        try {
-          const items = priceWith(products, id, c.op.input.currency, c.itemsRaw, (i) => `/operations/${c.index}/body/items/${i}`);
-          c.op = { ...c.op, id, items };
-        } catch (err) {
-          fail(c.index, err);
-          continue;
-        }
-      }
-      ready.push(c);
-    }
+    // Answered from `kept`, the creates carry no id at all.
+    const ready = kept ? checked : priceCreates(checked, products, home, fail);
     if (atomic && failures.length && !ranBefore) throw await atomicRefusal(ctx, tenant, home, ready, failures);
 
     // ---- one command per partition ----
