@@ -149,10 +149,17 @@ export class RefundRunner {
       // Stopping: the processor is not asked (a restart resumes the job).
       if (this.stop.signal.aborted) return;
       let outcome: ProcessorOutcome | undefined;
+      // The timeout's own controller, held by its timer: Node 20's AbortSignal.any() holds an
+      // AbortSignal.timeout() weakly, and one collected before it fires never aborts, so a call
+      // that hangs would hold its job for good (nodejs/node#57736).
+      const timeout = new AbortController();
+      const timer = setTimeout(() => timeout.abort(new DOMException('The payment processor did not answer in time.', 'TimeoutError')), this.deps.processorTimeoutMs).unref();
       try {
-        const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(this.deps.processorTimeoutMs)]);
+        const signal = AbortSignal.any([this.stop.signal, timeout.signal]);
         outcome = await untilAborted(processor.refund({ refundId: refund.id, orderId: refund.orderId, amount: refund.amount, currency: refund.currency }, signal), signal);
+        clearTimeout(timer);
       } catch (err) {
+        clearTimeout(timer);
         if (this.stop.signal.aborted) return;
         failures++;
         inRun++;

@@ -5,6 +5,8 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { setTimeout as delay } from 'node:timers/promises';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import anyTest, { type TestFn } from 'ava';
 import { ActorHost, type HostOptions } from '../actors/host.js';
 import { RefundRunner, simulatedProcessor, type RefundProcessor } from '../actors/refund-runner.js';
@@ -302,6 +304,34 @@ test('a processor call that hangs, even one that ignores the abort, is abandoned
     const started = Date.now();
     await stuckHost.close();
     t.true(Date.now() - started < 5_000, `close took ${Date.now() - started} ms`);
+    await removeDir(dir);
+  }
+});
+
+test('a hanging processor call is abandoned after its timeout even when the collector runs meanwhile', async (t) => {
+  // The collector, as the service's idle collection (--expose-gc) runs it.
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const dir = await tempDir('refund-hang-gc');
+  let calls = 0;
+  const host = open(dir, {
+    refundProcessorTimeoutMs: 300,
+    refundProcessor: { refund: () => (++calls === 1 ? new Promise<never>(() => {}) : Promise.resolve({ ok: true as const })) },
+  });
+  try {
+    const order = await paid(host, 900);
+    const op = await startRefund(host, order);
+    await until(host, op.id, 'running');
+    // Before the timeout is due: what only a weak reference holds is collected now.
+    for (let i = 0; i < 5; i++) {
+      gc();
+      await delay(10);
+    }
+    const done = await until(host, op.id, 'succeeded', 'failed');
+    t.is(done.status, 'succeeded');
+    t.is(calls, 2);
+  } finally {
+    await host.close();
     await removeDir(dir);
   }
 });
