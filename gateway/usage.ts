@@ -1,8 +1,9 @@
 // Counting calls to non-active routes without slowing them (issue 6 §4): the hot path adds one
 // to a Map entry; once a second (and at shutdown) the counts go to the owner of each route's
-// partition as one `usage.add` per partition, where actors/usage.ts sums them durably. In
+// partition as `usage.add` commands (one per partition, or more for a large flush), where actors/usage.ts sums them durably. In
 // cluster mode every gateway flushes to the same owner, so the sums cover the whole cluster.
 
+import { Buffer } from 'node:buffer';
 import type { Bus } from '../common/bus.js';
 import { fromWire } from '../common/errors.js';
 import { partitionFor } from '../common/ids.js';
@@ -107,7 +108,7 @@ export class UsageCounter implements UsageSink {
       list.push(c);
     }
     await Promise.all(
-      [...byPartition].map(async ([partition, counts]) => {
+      [...byPartition].flatMap(([partition, counts]) => commandsOf(counts).map((part) => [partition, part] as const)).map(async ([partition, counts]) => {
         const r = await this.bus.send({ kind: 'usage.add', tenant: '', partition, counts }).catch((err: unknown) => ({ ok: false as const, error: { code: 'unavailable' as const, detail: String(err) } }));
         if (r.ok) return;
         // Kept for the next flush (the owner sums repeats). A send that timed out may still have
@@ -118,6 +119,36 @@ export class UsageCounter implements UsageSink {
       }),
     );
   }
+}
+
+/**
+ * Most bytes of counts one `usage.add` carries. What a flush holds after the owner was away can
+ * be MAX_PENDING principals of up to a few hundred bytes each, megabytes in one command: over
+ * NATS max_payload (1 MiB by default) it was refused as too large at every flush, for good, and
+ * every count for that partition with it. A quarter of the smallest max_payload the cluster runs
+ * with leaves room for the envelope.
+ */
+export const MAX_COMMAND_BYTES = 256 * 1024;
+// msgpack's framing of one count: a map header, four member names and the number.
+const COUNT_OVERHEAD_BYTES = 32;
+
+/** `counts` in order, cut into runs of at most MAX_COMMAND_BYTES each (UTF-8 as packed). */
+export function commandsOf(counts: UsageCount[]): UsageCount[][] {
+  const out: UsageCount[][] = [];
+  let run: UsageCount[] = [];
+  let bytes = 0;
+  for (const c of counts) {
+    const size = Buffer.byteLength(c.route) + Buffer.byteLength(c.principal) + c.day.length + COUNT_OVERHEAD_BYTES;
+    if (run.length > 0 && bytes + size > MAX_COMMAND_BYTES) {
+      out.push(run);
+      run = [];
+      bytes = 0;
+    }
+    run.push(c);
+    bytes += size;
+  }
+  if (run.length > 0) out.push(run);
+  return out;
 }
 
 export interface TopCaller {

@@ -19,6 +19,7 @@ import { planUsageAdd, readUsage as readRows, USAGE, type UsageScan } from '../a
 import { Store } from '../storage/store.js';
 import type { Bus } from '../common/bus.js';
 import type { Command, UsageCount } from '../proto/messages.js';
+import { packr } from '../common/nats-wire.js';
 
 const test = anyTest as TestFn<{ dir: string }>;
 const SECRET = 'usage-test-secret-0123456789abcdef';
@@ -151,6 +152,38 @@ test('while the owner is away, the counts held stay bounded, and none is lost: t
   t.true(received.length <= MAX_PENDING + 1, `${received.length} counts sent`);
   t.is(received.reduce((n, c) => n + c.n, 0), calls, 'every call counted');
   t.true(received.some((c) => c.principal === '(others)'));
+});
+
+test('a flush larger than one bus message goes as several: counts held while the owner was away all arrive once it is back', async (t) => {
+  // As NATS answers a command over its max_payload (1 MiB unless raised): refused, not cut.
+  const MAX_PAYLOAD = 1024 * 1024;
+  let up = false;
+  const received: UsageCount[] = [];
+  let largest = 0;
+  const bus = {
+    send: (cmd: Command) => {
+      if (!up) return Promise.resolve({ ok: false as const, error: { code: 'unavailable' as const, detail: 'away' } });
+      const bytes = packr.pack(cmd).length;
+      largest = Math.max(largest, bytes);
+      if (bytes > MAX_PAYLOAD) return Promise.resolve({ ok: false as const, error: { code: 'unavailable' as const, detail: 'The request is too large to forward.' } });
+      if (cmd.kind === 'usage.add') received.push(...cmd.counts);
+      return Promise.resolve({ ok: true as const, value: null });
+    },
+  } as unknown as Bus;
+  const usage = new UsageCounter(bus, silentLog());
+  const now = Date.UTC(2026, 10, 24, 12);
+  // Principals as long as a token may make them: megabytes for the one route's partition.
+  const long = 'x'.repeat(240);
+  const principals = 20_000;
+  for (let i = 0; i < principals; i++) usage.count(ROUTE, `["${long}","${long}${i}"]`, now);
+  await usage.flush(); // the owner away: kept
+  up = true;
+  await usage.flush();
+  t.true(largest <= MAX_PAYLOAD, `a command of ${largest} bytes`);
+  t.is(received.length, principals);
+  t.is(new Set(received.map((c) => c.principal)).size, principals, 'each count once');
+  await usage.flush();
+  t.is(received.length, principals, 'nothing left to send again');
 });
 
 test('a read walks each route from its since day, so a table larger than one read keeps its newest days, and a read past the bound fails rather than answer low', async (t) => {
