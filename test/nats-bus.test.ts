@@ -159,7 +159,7 @@ test('readers sharing an answer that comes late, or not in time, all get it, and
   const after = await Promise.all([1, 2, 3, 4].map((i) => late.bus.send(get(3, `after_${i}`))));
   t.true(after.every((r) => r.ok), JSON.stringify(after.filter((r) => !r.ok)));
 
-  const timed = await gatedCluster(t, 300, 4);
+  const timed = await gatedCluster(t, 1000, 4);
   const waiting = await Promise.all([1, 2, 3, 4].map(() => timed.bus.send(get(3, 'slow'))));
   t.true(waiting.every((r) => !r.ok && r.error.code === 'unavailable'));
   timed.open();
@@ -310,9 +310,11 @@ async function gatedCluster(t: ExecutionContext, timeoutMs: number, maxInFlight?
   const nats = await startNatsServer();
   t.teardown(() => nats.stop());
   const { endpoint, open } = gatedEndpoint();
-  t.teardown(open);
   const node = await serveActorsOverNats(nats.url, endpoint, { nodeId: 'gated', partitions: ALL, store: 'store-gated' });
   t.teardown(() => node.close());
+  // Teardowns run last first: the gate opens before the node closes, since closing waits for
+  // the commands it runs. A test that fails before its own open() would otherwise never end.
+  t.teardown(open);
   const bus = await connectNatsBus(nats.url, { timeoutMs, maxInFlight });
   t.teardown(() => bus.close());
   t.true(await bus.waitForOwners(ALL, 5000));
@@ -334,7 +336,7 @@ test('a command that waits does not hold back the others of its message: they ar
 });
 
 test('a late command past its deadline is answered unavailable; its result, arriving later, is dropped and the bus serves on', async (t) => {
-  const { bus, open } = await gatedCluster(t, 300);
+  const { bus, open } = await gatedCluster(t, 1000);
   const slow = bus.send(get(9, 'slow'));
   const fast = bus.send(get(9, 'fast'));
   t.true((await fast).ok);

@@ -195,7 +195,10 @@ test('events and settled deliveries are swept after the retention; pending ones 
     t.is(await events(), 0);
     const left = await deliveries(host, tenant, e.id);
     t.is(left.length, 1);
-    t.is(left[0]!.status, 'pending');
+    // Its last chance came before the sweep's cutoff (the dispatcher plans it so), so with the
+    // clock moved on its worker may try it at any moment: still pending, or settled by that try.
+    const [d] = left;
+    t.true(d!.status === 'pending' ? d!.attempts.length === 1 : d!.attempts.length === 2, JSON.stringify(d));
   } finally {
     await host.close();
     await removeDir(dir);
