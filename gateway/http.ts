@@ -274,7 +274,7 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
           if (k === 'if-match') headers['if-match'] = joined(headers['if-match'], v);
           break;
         case 10:
-          if (k === 'connection') connection ??= v;
+          if (k === 'connection') connection = joined(connection, v);
           break;
         case 11:
           if (k === 'traceparent') headers.traceparent = joined(headers.traceparent, v);
@@ -319,9 +319,11 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // Counted so far in UTF-16 units, each at most three bytes of UTF-8: only a head that could
     // be over the limit is counted again, in bytes (most heads are well under a third of it).
     if (headBytes > MAX_HEAD_BYTES / 3) headBytes = headBytesOf(req, request);
-    // uWS closes after the answer when the first Connection line's value has 5 characters (its
-    // test for "close"); that client is not told how long the connection would stay open.
-    const clientCloses = connection?.length === 5;
+    // The client's "close" option (RFC 9112 §9.6), in any line and beside other options: its
+    // connection is closed after this answer, and no request after it is run. (uWS itself closes
+    // after the answer when the first Connection line's value has 5 characters, its test for
+    // "close", and still runs a request pipelined behind it; see run.)
+    const clientCloses = connection !== undefined && closeOption(connection);
     const exchange = new Exchange(res, exchanges);
 
     // From a later turn: inside a cork of its own, unless the connection went away meanwhile.
@@ -385,6 +387,11 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       }
       if (!(answered instanceof Promise)) {
         if (answersLater(request.method, answered)) return later(answered, false);
+        // Written on a later turn, like the edge's refusals: uWS then drops the connection if a
+        // request follows in the same read, where an answer written now would let it run. (A
+        // HEAD's answer cannot close without losing the GET's length: it is closed by uWS's own
+        // test, which every plain "close" passes.)
+        if (clientCloses) return later(answered, request.method !== 'HEAD');
         // Still inside uWS's callback (the request's, or the body's last chunk's).
         try {
           if (writeResponse(res, request.method, answered, false, !clientCloses, exchange)) exchange.end();
@@ -396,6 +403,9 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       exchange.watch();
       // A later turn's answer, or the pipeline's failure to give one, written or logged.
       const deliver = (response: GatewayResponse | undefined, failure?: unknown): void => {
+        // A promise settled in a microtask is still inside uWS's callback: a client's close
+        // waits for a later turn here too.
+        if (clientCloses) return later(response ?? pipelineFailed(failure), request.method !== 'HEAD');
         try {
           send(response ?? pipelineFailed(failure));
         } catch (err) {
@@ -453,6 +463,13 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       });
     });
   });
+}
+
+/** Whether a Connection field value names the "close" option (tokens are case-insensitive). */
+export function closeOption(value: string): boolean {
+  if (value.length === 5) return value.toLowerCase() === 'close';
+  for (const option of value.split(',')) if (option.trim().toLowerCase() === 'close') return true;
+  return false;
 }
 
 /**

@@ -342,6 +342,42 @@ test('an answer on a connection kept open says for how long; one that closes it 
   t.is(rawHeader(refused, 'connection'), 'close');
 });
 
+test('Connection: close is honoured however it is spelt: the answer closes the connection, and a request pipelined behind it is not run', async (t) => {
+  const tok = await tenantToken('connection-close');
+  const auth = `Authorization: Bearer ${tok}\r\n`;
+  const post = (note: string): string => {
+    const body = JSON.stringify({ currency: 'EUR', note });
+    return `POST /v1/orders HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+  };
+  const spellings: [string, string][] = [
+    ['the option among others', 'Connection: keep-alive, close\r\n'],
+    ['the option first of two', 'Connection: close, TE\r\nTE: trailers\r\n'],
+    ['in capitals', 'Connection: CLOSE\r\n'],
+    ['on a second line', 'Connection: keep-alive\r\nConnection: close\r\n'],
+  ];
+  for (const [why, lines] of spellings) {
+    const ex = await rawExchange(t.context.service.port, { send: [`GET /v1/orders HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}${lines}\r\n`], timeoutMs: 4000 });
+    const answer = only(parseResponses(ex.bytes, ['GET']));
+    t.is(answer.status, 200, why);
+    t.is(rawHeader(answer, 'keep-alive'), undefined, `${why}: no keep-alive promised`);
+    t.true(ex.closed && (ex.closedAfterMs ?? Infinity) < 2000, `${why}: closed after ${ex.closedAfterMs} ms`);
+  }
+  // A write (answered later) that asks to close, and one the pipeline answers at once; each with
+  // a create pipelined behind it in the same write. Neither create may run.
+  for (const first of [post('asks to close').replace('Content-Type', 'Connection: close\r\nContent-Type'), `GET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`]) {
+    const ex = await rawExchange(t.context.service.port, { send: [first + post('pipelined behind a close')], timeoutMs: 4000 });
+    t.true(ex.closed, `closed: ${JSON.stringify(ex.bytes.toString('latin1'))}`);
+    t.false(ex.bytes.toString('latin1').includes('pipelined behind a close'), 'the second request was not answered');
+  }
+  const notes = await Promise.all(
+    (await listIds(t, tok)).map(async (id) => {
+      const res = await fetch(`${t.context.service.url}/v1/orders/${id}`, { headers: { authorization: `Bearer ${tok}` } });
+      return ((await res.json()) as { note: string | null }).note;
+    }),
+  );
+  t.false(notes.includes('pipelined behind a close'), JSON.stringify(notes));
+});
+
 test('reads may be pipelined: three GETs of one order in one write get three answers, in order', async (t) => {
   const tok = await tenantToken('pipelined-reads');
   const auth = { Authorization: `Bearer ${tok}` };
