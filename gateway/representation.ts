@@ -150,7 +150,8 @@ function versionsNamed(header: string | undefined, asTag: (t: string) => string)
   if (header.trim() === '*') return '*';
   const versions: number[] = [];
   for (const t of splitTags(header)) {
-    const m = /^"(\d{1,15})-[A-Za-z0-9_-]+"$/.exec(asTag(t));
+    // Versions as this service writes them: no leading zero, so "01-…" names nothing of ours.
+    const m = /^"(0|[1-9]\d{0,14})-[A-Za-z0-9_-]+"$/.exec(asTag(t));
     if (m) versions.push(Number(m[1]));
   }
   // No tag of ours: nothing can match (a write under If-Match is then refused with 412).
