@@ -319,10 +319,13 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
     // Counted so far in UTF-16 units, each at most three bytes of UTF-8: only a head that could
     // be over the limit is counted again, in bytes (most heads are well under a third of it).
     if (headBytes > MAX_HEAD_BYTES / 3) headBytes = headBytesOf(req, request);
-    // The client's "close" option (RFC 9112 §9.6), in any line and beside other options: its
-    // connection is closed after this answer, and no request after it is run. (uWS itself closes
-    // after the answer when the first Connection line's value has 5 characters, its test for
-    // "close", and still runs a request pipelined behind it; see run.)
+    // The client's "close" option (RFC 9112 §9.6), in any line and beside other options: no
+    // Keep-Alive hint, and an answer with a small body closes the connection (writeResponse).
+    // uWS itself closes after any answer when the first Connection line's value has 5
+    // characters, its test for "close". The answer is still written as soon as it is ready: held
+    // for a later turn, it would be lost to a client that half-closes after its request (uWS
+    // closes on the FIN). So a request a client pipelines behind its own "close", which RFC 9112
+    // forbids it to send, may still run.
     const clientCloses = connection !== undefined && closeOption(connection);
     const exchange = new Exchange(res, exchanges);
 
@@ -387,11 +390,6 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       }
       if (!(answered instanceof Promise)) {
         if (answersLater(request.method, answered)) return later(answered, false);
-        // Written on a later turn, like the edge's refusals: uWS then drops the connection if a
-        // request follows in the same read, where an answer written now would let it run. (A
-        // HEAD's answer cannot close without losing the GET's length: it is closed by uWS's own
-        // test, which every plain "close" passes.)
-        if (clientCloses) return later(answered, request.method !== 'HEAD');
         // Still inside uWS's callback (the request's, or the body's last chunk's).
         try {
           if (writeResponse(res, request.method, answered, false, !clientCloses, exchange)) exchange.end();
@@ -403,9 +401,6 @@ export function listen(handle: (req: GatewayRequest) => GatewayResponse | Promis
       exchange.watch();
       // A later turn's answer, or the pipeline's failure to give one, written or logged.
       const deliver = (response: GatewayResponse | undefined, failure?: unknown): void => {
-        // A promise settled in a microtask is still inside uWS's callback: a client's close
-        // waits for a later turn here too.
-        if (clientCloses) return later(response ?? pipelineFailed(failure), request.method !== 'HEAD');
         try {
           send(response ?? pipelineFailed(failure));
         } catch (err) {
@@ -631,7 +626,8 @@ const fixedLines = new FixedLines();
  * cannot close here either, and keeps its own framing (a HEAD its GET's length).
  */
 function writeResponse(res: uWS.HttpResponse, method: string, r: GatewayResponse, close: boolean, keepAlive: boolean, exchange: Exchange): boolean {
-  const draining = !close && exchange.draining;
+  // Closing when it can, as a stop does: while draining, or when the client asked to close.
+  const draining = !close && (exchange.draining || !keepAlive);
   // uWS writes 200 OK itself when no status is given.
   if (r.status !== 200) res.writeStatus(statusLine(r.status));
   writeHeaders(res, r.headers, keepAlive && !draining);

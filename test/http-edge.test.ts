@@ -342,13 +342,9 @@ test('an answer on a connection kept open says for how long; one that closes it 
   t.is(rawHeader(refused, 'connection'), 'close');
 });
 
-test('Connection: close is honoured however it is spelt: the answer closes the connection, and a request pipelined behind it is not run', async (t) => {
+test('Connection: close is honoured however it is spelt, and answered even to a client that half-closes after its request', async (t) => {
   const tok = await tenantToken('connection-close');
   const auth = `Authorization: Bearer ${tok}\r\n`;
-  const post = (note: string): string => {
-    const body = JSON.stringify({ currency: 'EUR', note });
-    return `POST /v1/orders HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
-  };
   const spellings: [string, string][] = [
     ['the option among others', 'Connection: keep-alive, close\r\n'],
     ['the option first of two', 'Connection: close, TE\r\nTE: trailers\r\n'],
@@ -362,20 +358,17 @@ test('Connection: close is honoured however it is spelt: the answer closes the c
     t.is(rawHeader(answer, 'keep-alive'), undefined, `${why}: no keep-alive promised`);
     t.true(ex.closed && (ex.closedAfterMs ?? Infinity) < 2000, `${why}: closed after ${ex.closedAfterMs} ms`);
   }
-  // A write (answered later) that asks to close, and one the pipeline answers at once; each with
-  // a create pipelined behind it in the same write. Neither create may run.
-  for (const first of [post('asks to close').replace('Content-Type', 'Connection: close\r\nContent-Type'), `GET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`]) {
-    const ex = await rawExchange(t.context.service.port, { send: [first + post('pipelined behind a close')], timeoutMs: 4000 });
-    t.true(ex.closed, `closed: ${JSON.stringify(ex.bytes.toString('latin1'))}`);
-    t.false(ex.bytes.toString('latin1').includes('pipelined behind a close'), 'the second request was not answered');
+  // As `nc -N` or a health check sends it: the request, then the client's FIN. uWS closes on the
+  // FIN, so an answer held back for a later turn would be lost; one ready at once is not.
+  const order = await createOrder(t, tok);
+  for (const [why, bytes] of [
+    ['the root document', 'GET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n'],
+    ['an order', `GET /v1/orders/${order.id} HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}Connection: close\r\n\r\n`],
+    ['an order, close among other options', `GET /v1/orders/${order.id} HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}Connection: keep-alive, close\r\n\r\n`],
+  ]) {
+    const ex = await rawExchange(t.context.service.port, { send: [bytes!], halfClose: true, timeoutMs: 4000 });
+    t.is(parseResponses(ex.bytes, ['GET'])[0]?.status, 200, `${why}: ${JSON.stringify(ex.bytes.toString('latin1').slice(0, 200))}`);
   }
-  const notes = await Promise.all(
-    (await listIds(t, tok)).map(async (id) => {
-      const res = await fetch(`${t.context.service.url}/v1/orders/${id}`, { headers: { authorization: `Bearer ${tok}` } });
-      return ((await res.json()) as { note: string | null }).note;
-    }),
-  );
-  t.false(notes.includes('pipelined behind a close'), JSON.stringify(notes));
 });
 
 test('reads may be pipelined: three GETs of one order in one write get three answers, in order', async (t) => {

@@ -5,7 +5,7 @@
 
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { loadConfig } from '../common/config.js';
 import { LocalBus } from '../common/local-bus.js';
 import { ActorHost } from '../actors/host.js';
@@ -79,7 +79,12 @@ test('a stop answers the requests under way, refuses new ones 503 and closes the
   t.is(((await read.json()) as { note: string }).note, 'written while stopping');
 });
 
-test('a stop waits for the last byte of a large answer its client reads slowly', async (t) => {
+for (const connection of [undefined, 'close', 'keep-alive, close']) {
+  // One at a time: each builds a 6 MB page, and the stop must find its answer under way.
+  test.serial(`a stop waits for the last byte of a large answer its client reads slowly${connection ? ` (Connection: ${connection})` : ''}`, (t) => stopWaitsForSlowReader(t, connection));
+}
+
+async function stopWaitsForSlowReader(t: ExecutionContext, connection: string | undefined): Promise<void> {
   const dir = await tempDir('shutdown-paced');
   t.teardown(() => removeDir(dir));
   const service = await startService(loadConfig({ PORT: '0', HOST: '127.0.0.1', DATA_DIR: dir, AUTH_JWT_SECRET: SECRET }), silentLog());
@@ -100,7 +105,7 @@ test('a stop waits for the last byte of a large answer its client reads slowly',
   const chunks: Buffer[] = [];
   socket.on('data', (c: Buffer) => chunks.push(c));
   socket.pause();
-  socket.write(rawRequest('GET', '/v1/orders?limit=100', { Authorization: `Bearer ${tok}` }));
+  socket.write(rawRequest('GET', '/v1/orders?limit=100', { Authorization: `Bearer ${tok}`, ...(connection ? { Connection: connection } : {}) }));
   await new Promise((r) => setTimeout(r, 300));
   let closed = false;
   const closing = service.close().then(() => (closed = true));
@@ -114,7 +119,7 @@ test('a stop waits for the last byte of a large answer its client reads slowly',
   t.is(page?.status, 200);
   t.is(page?.body.length, Number(rawHeader(page!, 'content-length')), 'the whole body arrived');
   t.is((JSON.parse(page!.body.toString()) as { data: unknown[] }).data.length, 60);
-});
+}
 
 test('once closed, the in-process bus and the host answer 503, not a failure of the store', async (t) => {
   const dir = await tempDir('shutdown-bus');

@@ -19,6 +19,8 @@ export interface RawOptions {
   send: (Buffer | string | RawStep)[];
   /** Give up waiting for the close after this long and report what arrived. */
   timeoutMs?: number;
+  /** Shut the client's side down (a FIN) once everything is sent, as `nc -N` does. */
+  halfClose?: boolean;
 }
 
 export function rawExchange(port: number, opts: RawOptions): Promise<RawExchange> {
@@ -49,11 +51,14 @@ export function rawExchange(port: number, opts: RawOptions): Promise<RawExchange
     });
     socket.once('connect', () => {
       void (async () => {
-        for (const part of opts.send) {
+        for (const [i, part] of opts.send.entries()) {
           if (done || socket.destroyed) return;
           if (typeof part === 'function') await part(() => Buffer.concat(chunks));
+          // The last part and the FIN in one go, so they arrive together.
+          else if (opts.halfClose && i === opts.send.length - 1) socket.end(part);
           else socket.write(part);
         }
+        if (opts.halfClose && !done && !socket.writableEnded) socket.end();
       })().catch(() => finish(false));
     });
   });
