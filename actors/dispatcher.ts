@@ -687,7 +687,9 @@ export class Dispatcher {
               if (handedOver) continue;
               break;
             }
-            const endpoint = await this.endpoint(w.tenant, endpointId);
+            const endpoint = await this.endpoint(w.tenant, endpointId).catch((err: unknown) => {
+              throw new EndpointsUnreadable(err);
+            });
             if (!endpoint || endpoint.status !== 'enabled') {
               await Promise.all(records.map((d) => this.settle(d, { attempt: d.attempts.length + 1, at: now, outcome: 'failed', responseStatus: null, error: endpoint ? 'endpoint disabled' : 'endpoint deleted', durationMs: 0 }, undefined)));
               continue;
@@ -699,7 +701,11 @@ export class Dispatcher {
         }
       } while (w.again);
     } catch (err) {
-      this.host.log.error({ err, endpointId }, 'webhook worker failed; retrying');
+      // Once a minute per tenant and kind of error, however many endpoints' workers meet it. An
+      // owner that does not answer (down, or not yet announced after a restart) is an outage
+      // elsewhere: a warning, as for the fan-out.
+      if (err instanceof EndpointsUnreadable) this.logRepeated('warn', { err: err.cause, tenant: w.tenant }, 'webhook endpoints unreadable; the deliveries wait');
+      else this.logRepeated('error', { err, tenant: w.tenant }, 'webhook worker failed; retrying');
       retryIn = RETRY_AFTER_FAILURE_MS;
     } finally {
       w.running = false;
@@ -1161,6 +1167,13 @@ const MAX_HANDED_OVER = 16 * 1024;
 class ShortOfRoom extends Error {
   constructor() {
     super('storage is short of room for webhook deliveries');
+  }
+}
+
+/** A worker could not read its endpoint: its tenant's endpoints live at an owner that did not answer. */
+class EndpointsUnreadable extends Error {
+  constructor(cause: unknown) {
+    super('the endpoints could not be read', { cause });
   }
 }
 

@@ -17,16 +17,13 @@ const test = anyTest as TestFn;
 const LOCAL = 'owner-up';
 const REMOTE = 'owner-down';
 
-test('events of a tenant whose endpoints cannot be read wait, without holding up other tenants', async (t) => {
-  const remotePartition = partitionFor(REMOTE);
-  t.not(remotePartition, partitionFor(LOCAL));
-  const owned = allPartitions(remotePartition);
-  const receiver = await startReceiver();
-  const remoteEndpoint: EndpointRecord = {
-    id: newId('webhookEndpoint', remotePartition),
+/** An endpoint of the REMOTE tenant, as its owner (another node) would list it. */
+function remoteEndpointAt(endpointUrl: string): EndpointRecord {
+  return {
+    id: newId('webhookEndpoint', partitionFor(REMOTE)),
     tenant: REMOTE,
     version: 1,
-    endpointUrl: `${receiver.url}/remote`,
+    endpointUrl,
     eventTypes: ['order.created'],
     apiVersion: 'v1',
     status: 'enabled',
@@ -36,6 +33,14 @@ test('events of a tenant whose endpoints cannot be read wait, without holding up
     createdAt: Date.now(),
     updatedAt: Date.now(),
   };
+}
+
+test('events of a tenant whose endpoints cannot be read wait, without holding up other tenants', async (t) => {
+  const remotePartition = partitionFor(REMOTE);
+  t.not(remotePartition, partitionFor(LOCAL));
+  const owned = allPartitions(remotePartition);
+  const receiver = await startReceiver();
+  const remoteEndpoint = remoteEndpointAt(`${receiver.url}/remote`);
   let ownerUp = false;
   let asked = 0;
   const remote: Bus = {
@@ -84,6 +89,56 @@ test('events of a tenant whose endpoints cannot be read wait, without holding up
     ownerUp = true;
     await until('every waiting event is delivered', () => new Set(receiver.got.filter((g) => g.path === '/hook/remote').map((g) => g.json.id as string)).size === 70, 15_000);
     t.pass();
+  } finally {
+    await host.close();
+    await receiver.close();
+    await removeDir(dir);
+  }
+});
+
+test("deliveries waiting on their endpoints' owner are a warning, once a minute, however many workers meet it", async (t) => {
+  const remotePartition = partitionFor(REMOTE);
+  const receiver = await startReceiver();
+  // Every delivery fails and is retried a second later.
+  receiver.answer = () => ({ status: 500 });
+  const endpoints = Array.from({ length: 5 }, (_, i) => remoteEndpointAt(`${receiver.url}/remote-${i}`));
+  let ownerUp = true;
+  let refused = 0;
+  const remote: Bus = {
+    send: () => Promise.resolve({ ok: false, error: { code: 'unavailable', detail: 'not used' } }),
+    scatter: () => {
+      if (ownerUp) return Promise.resolve([{ ok: true, value: { rows: endpoints.map((e) => ({ v: 0, record: e })) } }]);
+      refused++;
+      return Promise.resolve([{ ok: false, error: { code: 'unavailable', detail: 'No node is serving this data right now.' } }]);
+    },
+    close: () => Promise.resolve(),
+  };
+  const lines: string[] = [];
+  const dir = await tempDir('webhook-owner-down-workers');
+  const host = new ActorHost({
+    dataDir: dir,
+    partitions: allPartitions(remotePartition),
+    mailboxLimit: 1000,
+    log: capturingLog(lines),
+    webhooks: { retrySchedule: [1, 1, 1, 1, 1, 1, 1, 1], timeoutMs: 2000, disableAfterMs: 3600_000, allowPrivateTargets: true, remote },
+  });
+  try {
+    const partition = partitionFor(LOCAL);
+    await ok(host.handle({ kind: 'order.create', tenant: REMOTE, partition, id: newId('order', partition), input: { currency: 'EUR', customerId: null, note: null, metadata: {} }, items: [] }));
+    await until('a first attempt at every endpoint', () => new Set(receiver.got.map((g) => g.path)).size === endpoints.length, 10_000);
+    // The owner goes away; once the endpoints kept from it are too old, each endpoint's worker
+    // fails to read its endpoint at every retry.
+    ownerUp = false;
+    await until('the workers fail on the owner a few times', () => refused >= 3 * endpoints.length, 15_000);
+    const logged = lines.map((l) => JSON.parse(l) as { msg: string; level: number; tenant?: string }).filter((l) => l.msg.startsWith('webhook'));
+    t.deepEqual(
+      logged.filter((l) => l.level >= 50).map((l) => l.msg),
+      [],
+      'no error: the outage is elsewhere',
+    );
+    const waiting = logged.filter((l) => l.msg === 'webhook endpoints unreadable; the deliveries wait');
+    t.is(waiting.length, 1, `${waiting.length} lines for ${refused} failed reads`);
+    t.like(waiting[0], { level: 40, tenant: REMOTE });
   } finally {
     await host.close();
     await receiver.close();
