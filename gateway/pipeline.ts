@@ -17,7 +17,7 @@ import { KeptAnswer, type BusClient, type Replay } from './bus-client.js';
 import type { Result } from '../proto/messages.js';
 import type { GatewayRequest, GatewayResponse, RequestHeaders } from './http-types.js';
 import { homePartition, idemTag, parseIdempotencyKey, ReplayCache } from './idempotency.js';
-import { negotiateCoding, negotiateMediaType } from './negotiate.js';
+import { negotiateCoding, negotiateMediaType, type Coding, type MediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
 import { cachedRenderingToSend, checkReadIfMatch, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
@@ -532,10 +532,7 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
   const api = ctx.version === 'v1' ? '' : `;api=${ctx.version}`;
   let tag: string | undefined;
   if (outcome.tag && outcome.tag !== 'content') {
-    tag =
-      'version' in outcome.tag
-        ? versionTag(outcome.tag.version, outcome.tag.variant + api, ctx.media, ctx.coding)
-        : fingerprintTag(outcome.tag.fingerprint + api, ctx.media, ctx.coding);
+    tag = variantTag(outcome.tag, api, ctx.media, ctx.coding);
     if (isRead) {
       checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, tag, 'version' in outcome.tag ? outcome.tag.version : undefined);
       // The answer is known before any byte is rendered: a matching tag costs no serialization.
@@ -545,7 +542,11 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
     checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, undefined, undefined);
   }
   const text = outcome.text !== undefined ? versionedText(outcome.text, outcome, ctx.version) : serialize(outcome, ctx.version, api);
-  const withBody = ({ bytes, coding }: Encoded): GatewayResponse => {
+  const withBody = ({ bytes, coding, uncompressed }: Encoded): GatewayResponse => {
+    // Not compressed as asked (the compressions under way were at their bound): the tag of the
+    // bytes sent, or one tag would name two byte sequences. (A small body is never compressed,
+    // so its tag names one.)
+    if (uncompressed && outcome.tag && outcome.tag !== 'content') tag = variantTag(outcome.tag, api, ctx.media, coding);
     if (outcome.tag === 'content') {
       tag = contentTag(bytes, ctx.media, coding);
       if (isRead) {
@@ -561,6 +562,11 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
   // Awaiting a body that is already there would cost every answer a promise and a turn.
   const encoded = encodeBody(text, ctx.coding);
   return encoded instanceof Promise ? encoded.then(withBody) : withBody(encoded);
+}
+
+/** The strong tag of a versioned or fingerprinted variant in one media type and coding. */
+function variantTag(tag: { version: number; variant: string } | { fingerprint: string }, api: string, media: MediaType, coding: Coding): string {
+  return 'version' in tag ? versionTag(tag.version, tag.variant + api, media, coding) : fingerprintTag(tag.fingerprint + api, media, coding);
 }
 
 function serialize(outcome: Outcome, version: ApiVersion, api: string): string | Buffer {

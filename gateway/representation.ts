@@ -5,6 +5,7 @@
 
 import { Buffer } from 'node:buffer';
 import { createHash } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { brotliCompress, brotliCompressSync, constants, gzip, gzipSync } from 'node:zlib';
 import { promisify } from 'node:util';
 import { ApiError } from '../common/errors.js';
@@ -17,6 +18,15 @@ const SYNC_COMPRESS_MAX_BYTES = 64 * 1024;
 const BROTLI_OPTS = { params: { [constants.BROTLI_PARAM_QUALITY]: 4 } };
 const brotliAsync = promisify(brotliCompress);
 const gzipAsync = promisify(gzip);
+/**
+ * Large bodies compressed at once on the libuv pool, at most: one a core, up to the pool's four
+ * threads. A brotli encoder holds megabytes of native memory while it runs, and the pool's
+ * threads keep what they freed: unbounded, clients asking for large compressed pages and hanging
+ * up at once kept thousands under way, and the process at 2.9 GB for good. Past the bound a body
+ * goes as it is (identity), which every client reads.
+ */
+export const MAX_COMPRESSING = Math.max(1, Math.min(4, availableParallelism()));
+let compressing = 0;
 
 // Variant hashes by media type, then content coding, then variant: found without building the
 // combined key (a GET asks for one on every request, and the three strings are already hashed).
@@ -186,6 +196,8 @@ export function parseIfNoneMatch(header: string | undefined): IfMatch {
 export interface Encoded {
   bytes: Buffer | string;
   coding: Coding;
+  /** Sent as it is, though worth compressing: the compressions under way were at their bound. */
+  uncompressed?: true;
 }
 
 /** The body as sent: compressed when it is worth it. Only a large body waits (on the libuv pool). */
@@ -195,5 +207,16 @@ export function encodeBody(body: string | Buffer, coding: Coding): Encoded | Pro
     return { bytes: coding === 'br' ? brotliCompressSync(body, BROTLI_OPTS) : gzipSync(body), coding };
   }
   // Large bodies compress on the libuv pool so one big page does not stall every other request.
-  return (coding === 'br' ? brotliAsync(body, BROTLI_OPTS) : gzipAsync(body)).then((bytes) => ({ bytes, coding }));
+  if (compressing >= MAX_COMPRESSING) return { bytes: body, coding: 'identity', uncompressed: true };
+  compressing++;
+  return (coding === 'br' ? brotliAsync(body, BROTLI_OPTS) : gzipAsync(body)).then(
+    (bytes) => {
+      compressing--;
+      return { bytes, coding };
+    },
+    (err: unknown) => {
+      compressing--;
+      throw err;
+    },
+  );
 }

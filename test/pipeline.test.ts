@@ -15,6 +15,7 @@ import { createGateway, type Gateway } from '../gateway/pipeline.js';
 import { partitionForNew, principalOf, route, type RouteDef } from '../gateway/route.js';
 import { newId, partitionOf } from '../common/ids.js';
 import { validateBody } from '../gateway/validate.js';
+import { encodeBody, MAX_COMPRESSING } from '../gateway/representation.js';
 import { ApiError } from '../common/errors.js';
 import { allPartitions } from '../common/partitions.js';
 import type { Resolver } from '../actors/webhook-target.js';
@@ -513,6 +514,49 @@ test('a large answer is br- or gzip-encoded as asked and decodes to the identity
     t.is(same.status, 304);
     t.is(same.raw.length, 0);
     t.is(same.headers.etag, br.headers.etag);
+  }
+});
+
+test('at most MAX_COMPRESSING large bodies compress at once; past it a body goes uncompressed, and the slots come back', async (t) => {
+  const body = JSON.stringify({ data: Array.from({ length: 2000 }, (_, i) => ({ id: i, note: `order ${i} `.repeat(8) })) });
+  t.true(body.length > 64 * 1024);
+  const first = Array.from({ length: MAX_COMPRESSING + 3 }, () => encodeBody(body, 'br'));
+  t.is(first.filter((e) => e instanceof Promise).length, MAX_COMPRESSING);
+  for (const e of first.filter((e) => !(e instanceof Promise))) t.like(e, { coding: 'identity', uncompressed: true, bytes: body });
+  const done = await Promise.all(first.map(async (e) => e));
+  t.is(done.filter((e) => e.coding === 'br').length, MAX_COMPRESSING);
+  const again = encodeBody(body, 'gzip');
+  t.true(again instanceof Promise, 'a slot is free again');
+  t.is((await again).coding, 'gzip');
+});
+
+test('a large answer sent uncompressed because compressions were at their bound carries the identity tag, not the one of its compressed bytes', async (t) => {
+  const { call } = t.context;
+  const tok = await token(SECRET, ALL_SCOPES, { tenant: freshTenant('zip-bound') });
+  const metadata = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`k${i}`, `${i}`.repeat(500).slice(0, 500)]));
+  for (let i = 0; i < 4; i++) await createOrder(t, tok, { currency: 'EUR', metadata });
+  const product = await call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'w'.repeat(200), price: 250, currency: 'EUR' } });
+  const items = Array.from({ length: 100 }, (_, i) => ({ productId: product.json<{ id: string }>().id, quantity: i + 1 }));
+  const big = await createOrder(t, tok, { currency: 'EUR', metadata, items });
+  // A page (its tag hashes the bytes sent) and one order (its tag names its version and variant).
+  for (const [path, query] of [['/v1/orders', 'limit=100'], [`/v1/orders/${String(big.id)}`, 'expand=items.product']] as const) {
+    const get = (ae?: string): Promise<Answer> => call({ method: 'GET', path, query, headers: ae ? { ...bearer(tok), 'accept-encoding': ae } : bearer(tok) });
+    const identity = await get();
+    t.true(identity.raw.length > 64 * 1024, `${path}: ${identity.raw.length} bytes`);
+    const br = await get('br');
+    t.is(br.headers['content-encoding'], 'br');
+    t.not(br.headers.etag, identity.headers.etag);
+    // Many at once: the reads answer together, so more bodies reach compression than it takes.
+    const many = await Promise.all(Array.from({ length: 4 * MAX_COMPRESSING + 4 }, () => get('br')));
+    const plain = many.filter((a) => a.headers['content-encoding'] === undefined);
+    t.true(plain.length > 0, `${path}: some went uncompressed`);
+    t.true(many.length - plain.length >= MAX_COMPRESSING, `${path}: as many as the bound were compressed`);
+    for (const a of many) {
+      t.is(a.status, 200);
+      t.deepEqual(a.json(), identity.json());
+      t.is(a.headers.etag, a.headers['content-encoding'] === 'br' ? br.headers.etag : identity.headers.etag, path);
+      t.regex(a.headers.vary ?? '', /\bAccept-Encoding\b/);
+    }
   }
 });
 
