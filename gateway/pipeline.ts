@@ -20,7 +20,7 @@ import { homePartition, idemTag, parseIdempotencyKey, ReplayCache } from './idem
 import { negotiateCoding, negotiateMediaType, type Coding, type MediaType } from './negotiate.js';
 import { problemResponse } from './problem.js';
 import { callerKey, RateLimiter } from './rate-limit.js';
-import { cachedRenderingToSend, checkReadIfMatch, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
+import { cachedRenderingToSend, checkReadIfMatch, codingOf, contentTag, encodeBody, fingerprintTag, type Encoded, noneMatch, parseIfMatch, parseIfNoneMatch, versionTag } from './representation.js';
 import { principalOf, type Ctx, type Outcome, type RouteDef } from './route.js';
 import { Router } from './router.js';
 import { MAX_REPORTED_ERRORS, validateBody, warmValidators } from './validate.js';
@@ -530,28 +530,39 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
   const isRead = ctx.req.method === 'GET' || ctx.req.method === 'HEAD';
   // The API version is part of every variant: one record renders differently per version.
   const api = ctx.version === 'v1' ? '' : `;api=${ctx.version}`;
+  const ifMatch = ctx.req.headers['if-match'];
+  const ifNoneMatch = ctx.req.headers['if-none-match'];
+  const version = outcome.tag && outcome.tag !== 'content' && 'version' in outcome.tag ? outcome.tag.version : undefined;
   let tag: string | undefined;
   if (outcome.tag && outcome.tag !== 'content') {
     tag = variantTag(outcome.tag, api, ctx.media, ctx.coding);
     if (isRead) {
-      checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, tag, 'version' in outcome.tag ? outcome.tag.version : undefined);
+      checkReadIfMatch(ifMatch, ctx.ifMatch, tag, version);
       // The answer is known before any byte is rendered: a matching tag costs no serialization.
-      if (noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+      if (noneMatch(ifNoneMatch, tag)) return notModified(headers, tag);
     }
   } else if (isRead && outcome.tag !== 'content') {
-    checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, undefined, undefined);
+    checkReadIfMatch(ifMatch, ctx.ifMatch, undefined, undefined);
   }
   const text = outcome.text !== undefined ? versionedText(outcome.text, outcome, ctx.version) : serialize(outcome, ctx.version, api);
+  if (outcome.tag === 'content') {
+    // The rendered bytes and the coding they go in: known before compressing (which is
+    // deterministic), so a matching tag costs no compression.
+    tag = contentTag(text, ctx.media, codingOf(text, ctx.coding));
+    if (isRead) {
+      checkReadIfMatch(ifMatch, ctx.ifMatch, tag, undefined);
+      if (noneMatch(ifNoneMatch, tag)) return notModified(headers, tag);
+    }
+  }
   const withBody = ({ bytes, coding, uncompressed }: Encoded): GatewayResponse => {
     // Not compressed as asked (the compressions under way were at their bound): the tag of the
-    // bytes sent, or one tag would name two byte sequences. (A small body is never compressed,
-    // so its tag names one.)
-    if (uncompressed && outcome.tag && outcome.tag !== 'content') tag = variantTag(outcome.tag, api, ctx.media, coding);
-    if (outcome.tag === 'content') {
-      tag = contentTag(bytes, ctx.media, coding);
+    // bytes sent, or one tag would name two byte sequences, and the conditions checked again
+    // against it.
+    if (uncompressed && outcome.tag) {
+      tag = outcome.tag === 'content' ? contentTag(text, ctx.media, coding) : variantTag(outcome.tag, api, ctx.media, coding);
       if (isRead) {
-        checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, tag, undefined);
-        if (noneMatch(ctx.req.headers['if-none-match'], tag)) return notModified(headers, tag);
+        checkReadIfMatch(ifMatch, ctx.ifMatch, tag, version);
+        if (noneMatch(ifNoneMatch, tag)) return notModified(headers, tag);
       }
     }
     headers['content-type'] = ctx.media.startsWith('text/') ? `${ctx.media}; charset=utf-8` : ctx.media;

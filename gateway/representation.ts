@@ -134,6 +134,10 @@ function renderedBytes(key: string, version: number, variant: string, render: ()
   return bytes;
 }
 
+/**
+ * A tag from the rendered (uncompressed) bytes and the coding they are sent in: compression here
+ * is deterministic, so the pair names one byte sequence, and the tag is known without compressing.
+ */
 export function contentTag(bytes: Buffer | string, media: MediaType, coding: Coding): string {
   return `"c-${createHash('sha1').update(bytes).update(`|${media}|${coding}`).digest('base64url').slice(0, 16)}"`;
 }
@@ -200,9 +204,14 @@ export interface Encoded {
   uncompressed?: true;
 }
 
+/** The coding a body goes in when `coding` is asked for: none for a body too small to be worth it. */
+export function codingOf(body: string | Buffer, coding: Coding): Coding {
+  return coding === 'identity' || Buffer.byteLength(body) < COMPRESS_MIN_BYTES ? 'identity' : coding;
+}
+
 /** The body as sent: compressed when it is worth it. Only a large body waits (on the libuv pool). */
 export function encodeBody(body: string | Buffer, coding: Coding): Encoded | Promise<Encoded> {
-  if (coding === 'identity' || Buffer.byteLength(body) < COMPRESS_MIN_BYTES) return { bytes: body, coding: 'identity' };
+  if (codingOf(body, coding) === 'identity') return { bytes: body, coding: 'identity' };
   if (body.length <= SYNC_COMPRESS_MAX_BYTES) {
     return { bytes: coding === 'br' ? brotliCompressSync(body, BROTLI_OPTS) : gzipSync(body), coding };
   }

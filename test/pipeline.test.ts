@@ -538,9 +538,11 @@ test('a large answer sent uncompressed because compressions were at their bound 
   const product = await call({ method: 'POST', path: '/v1/products', headers: { ...bearer(tok), ...json }, body: { name: 'w'.repeat(200), price: 250, currency: 'EUR' } });
   const items = Array.from({ length: 100 }, (_, i) => ({ productId: product.json<{ id: string }>().id, quantity: i + 1 }));
   const big = await createOrder(t, tok, { currency: 'EUR', metadata, items });
-  // A page (its tag hashes the bytes sent) and one order (its tag names its version and variant).
-  for (const [path, query] of [['/v1/orders', 'limit=100'], [`/v1/orders/${String(big.id)}`, 'expand=items.product']] as const) {
-    const get = (ae?: string): Promise<Answer> => call({ method: 'GET', path, query, headers: ae ? { ...bearer(tok), 'accept-encoding': ae } : bearer(tok) });
+  // A page (its tag a fingerprint of what it lists), one order (its version and variant) and a
+  // document (its tag hashes its bytes).
+  for (const [path, query] of [['/v1/orders', 'limit=100'], [`/v1/orders/${String(big.id)}`, 'expand=items.product'], ['/v1/openapi.json', '']] as const) {
+    const get = (ae?: string, extra: Record<string, string> = {}): Promise<Answer> =>
+      call({ method: 'GET', path, query, headers: { ...bearer(tok), ...(ae ? { 'accept-encoding': ae } : {}), ...extra } });
     const identity = await get();
     t.true(identity.raw.length > 64 * 1024, `${path}: ${identity.raw.length} bytes`);
     const br = await get('br');
@@ -557,6 +559,16 @@ test('a large answer sent uncompressed because compressions were at their bound 
       t.is(a.headers.etag, a.headers['content-encoding'] === 'br' ? br.headers.etag : identity.headers.etag, path);
       t.regex(a.headers.vary ?? '', /\bAccept-Encoding\b/);
     }
+    // Revalidation under the same load: the tag of the coding asked for is always 304, whatever
+    // would have been sent; the identity tag is 304 wherever identity would have been sent.
+    const held = await Promise.all(Array.from({ length: 4 * MAX_COMPRESSING + 4 }, () => get('br', { 'if-none-match': br.headers.etag! })));
+    t.deepEqual([...new Set(held.map((a) => a.status))], [304], path);
+    const other = await Promise.all(Array.from({ length: 4 * MAX_COMPRESSING + 4 }, () => get('br', { 'if-none-match': identity.headers.etag! })));
+    for (const a of other) {
+      if (a.status === 304) t.is(a.headers.etag, identity.headers.etag, path);
+      else t.like(a.headers, { 'content-encoding': 'br', etag: br.headers.etag }, path);
+    }
+    t.true(other.some((a) => a.status === 304), `${path}: some would have gone uncompressed`);
   }
 });
 
