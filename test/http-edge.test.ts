@@ -351,10 +351,11 @@ test('Connection: close is honoured however it is spelt, and answered even to a 
     ['in capitals', 'Connection: CLOSE\r\n'],
     ['on a second line', 'Connection: keep-alive\r\nConnection: close\r\n'],
   ];
-  for (const [why, lines] of spellings) {
-    const ex = await rawExchange(t.context.service.port, { send: [`GET /v1/orders HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}${lines}\r\n`], timeoutMs: 4000 });
+  // A page (answered after its read) and a 404 (answered at once).
+  for (const [why, lines, path, status] of spellings.flatMap(([w, l]) => [[`${w}, a page`, l, '/v1/orders', 200], [`${w}, a 404`, l, '/v1/nowhere', 404]] as const)) {
+    const ex = await rawExchange(t.context.service.port, { send: [`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n${auth}${lines}\r\n`], timeoutMs: 4000 });
     const answer = only(parseResponses(ex.bytes, ['GET']));
-    t.is(answer.status, 200, why);
+    t.is(answer.status, status, why);
     t.is(rawHeader(answer, 'keep-alive'), undefined, `${why}: no keep-alive promised`);
     t.true(ex.closed && (ex.closedAfterMs ?? Infinity) < 2000, `${why}: closed after ${ex.closedAfterMs} ms`);
   }

@@ -572,6 +572,21 @@ test('a large answer sent uncompressed because compressions were at their bound 
   }
 });
 
+test('conditional reads: a stale If-Match is 412, If-None-Match: * is 304, and HEAD answers as GET does', async (t) => {
+  const { call, admin } = t.context;
+  const order = await createOrder(t, admin);
+  const path = `/v1/orders/${String(order.id)}`;
+  const first = await call({ method: 'GET', path, headers: bearer(admin) });
+  const patched = await call({ method: 'PATCH', path, headers: { ...bearer(admin), 'content-type': 'application/merge-patch+json' }, body: JSON.stringify({ note: 'v2' }) });
+  t.is(patched.status, 200);
+  for (const method of ['GET', 'HEAD']) {
+    assertProblem(t, await call({ method, path, headers: { ...bearer(admin), 'if-match': first.headers.etag! } }), 412, 'precondition-failed');
+    t.is((await call({ method, path, headers: { ...bearer(admin), 'if-match': patched.headers.etag! } })).status, 200, method);
+    t.is((await call({ method, path, headers: { ...bearer(admin), 'if-none-match': '*' } })).status, 304, method);
+    t.is((await call({ method, path, headers: { ...bearer(admin), 'if-none-match': patched.headers.etag! } })).status, 304, method);
+  }
+});
+
 test('a body under 1 KiB stays identity whatever Accept-Encoding says', async (t) => {
   const { call, admin } = t.context;
   const order = await createOrder(t, admin);

@@ -11,7 +11,7 @@ import { Authenticator } from '../gateway/auth.js';
 import { BusClient } from '../gateway/bus-client.js';
 import { LifecycleRegistry } from '../gateway/lifecycle.js';
 import { createGateway } from '../gateway/pipeline.js';
-import { MAX_PENDING, UsageCounter, readUsage, summarize } from '../gateway/usage.js';
+import { commandsOf, MAX_COMMAND_BYTES, MAX_PENDING, UsageCounter, readUsage, summarize } from '../gateway/usage.js';
 import { answerOf, removeDir, silentLog, tempDir, toRequest, token } from './helpers/edge-kit.js';
 import { allPartitions } from '../common/partitions.js';
 import { ApiError } from '../common/errors.js';
@@ -184,6 +184,19 @@ test('a flush larger than one bus message goes as several: counts held while the
   t.is(new Set(received.map((c) => c.principal)).size, principals, 'each count once');
   await usage.flush();
   t.is(received.length, principals, 'nothing left to send again');
+});
+
+test('commandsOf cuts counts in order into runs of at most MAX_COMMAND_BYTES, as full as they go, none empty', (t) => {
+  const counts: UsageCount[] = Array.from({ length: 5000 }, (_, i) => ({ route: ROUTE, day: '2026-11-30', principal: `["t","${'é'.repeat(100)}${i}"]`, n: 1 }));
+  const runs = commandsOf(counts);
+  t.deepEqual(runs.flat(), counts, 'every count once, in order');
+  const bytes = (run: UsageCount[]): number => run.reduce((n, c) => n + Buffer.byteLength(c.route) + Buffer.byteLength(c.principal) + c.day.length + 32, 0);
+  for (const run of runs) t.true(run.length > 0 && bytes(run) <= MAX_COMMAND_BYTES, `${run.length} counts, ${bytes(run)} bytes`);
+  // Full: no two neighbours would have fitted in one.
+  const total = bytes(counts);
+  t.true(runs.length <= Math.ceil(total / MAX_COMMAND_BYTES) + 1, `${runs.length} runs for ${total} bytes`);
+  t.true(runs.length > 1);
+  t.deepEqual(commandsOf([]), []);
 });
 
 test('a read walks each route from its since day, so a table larger than one read keeps its newest days, and a read past the bound fails rather than answer low', async (t) => {
