@@ -530,29 +530,23 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
   const isRead = ctx.req.method === 'GET' || ctx.req.method === 'HEAD';
   // The API version is part of every variant: one record renders differently per version.
   const api = ctx.version === 'v1' ? '' : `;api=${ctx.version}`;
-  const ifMatch = ctx.req.headers['if-match'];
-  const ifNoneMatch = ctx.req.headers['if-none-match'];
   const version = outcome.tag && outcome.tag !== 'content' && 'version' in outcome.tag ? outcome.tag.version : undefined;
   let tag: string | undefined;
   if (outcome.tag && outcome.tag !== 'content') {
     tag = variantTag(outcome.tag, api, ctx.media, ctx.coding);
-    if (isRead) {
-      checkReadIfMatch(ifMatch, ctx.ifMatch, tag, version);
-      // The answer is known before any byte is rendered: a matching tag costs no serialization.
-      if (noneMatch(ifNoneMatch, tag)) return notModified(headers, tag);
-    }
+    // The answer is known before any byte is rendered: a matching tag costs no serialization.
+    const unchanged = isRead ? conditionalRead(ctx, headers, tag, version) : undefined;
+    if (unchanged) return unchanged;
   } else if (isRead && outcome.tag !== 'content') {
-    checkReadIfMatch(ifMatch, ctx.ifMatch, undefined, undefined);
+    checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, undefined, undefined);
   }
   const text = outcome.text !== undefined ? versionedText(outcome.text, outcome, ctx.version) : serialize(outcome, ctx.version, api);
   if (outcome.tag === 'content') {
     // The rendered bytes and the coding they go in: known before compressing (which is
     // deterministic), so a matching tag costs no compression.
     tag = contentTag(text, ctx.media, codingOf(text, ctx.coding));
-    if (isRead) {
-      checkReadIfMatch(ifMatch, ctx.ifMatch, tag, undefined);
-      if (noneMatch(ifNoneMatch, tag)) return notModified(headers, tag);
-    }
+    const unchanged = isRead ? conditionalRead(ctx, headers, tag, undefined) : undefined;
+    if (unchanged) return unchanged;
   }
   const withBody = ({ bytes, coding, uncompressed }: Encoded): GatewayResponse => {
     // Not compressed as asked (the compressions under way were at their bound): the tag of the
@@ -560,10 +554,8 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
     // against it.
     if (uncompressed && outcome.tag) {
       tag = outcome.tag === 'content' ? contentTag(text, ctx.media, coding) : variantTag(outcome.tag, api, ctx.media, coding);
-      if (isRead) {
-        checkReadIfMatch(ifMatch, ctx.ifMatch, tag, version);
-        if (noneMatch(ifNoneMatch, tag)) return notModified(headers, tag);
-      }
+      const unchanged = isRead ? conditionalRead(ctx, headers, tag, version) : undefined;
+      if (unchanged) return unchanged;
     }
     headers['content-type'] = ctx.media.startsWith('text/') ? `${ctx.media}; charset=utf-8` : ctx.media;
     if (tag) headers.etag = tag;
@@ -573,6 +565,15 @@ function render(outcome: Outcome, ctx: Ctx, traceId: string): GatewayResponse | 
   // Awaiting a body that is already there would cost every answer a promise and a turn.
   const encoded = encodeBody(text, ctx.coding);
   return encoded instanceof Promise ? encoded.then(withBody) : withBody(encoded);
+}
+
+/**
+ * A read's preconditions against the tag it would be answered with (RFC 9110 §13.2.2): If-Match
+ * first (a failure throws 412), then If-None-Match, whose match is the 304 returned.
+ */
+function conditionalRead(ctx: Ctx, headers: Record<string, string>, tag: string, version: number | undefined): GatewayResponse | undefined {
+  checkReadIfMatch(ctx.req.headers['if-match'], ctx.ifMatch, tag, version);
+  return noneMatch(ctx.req.headers['if-none-match'], tag) ? notModified(headers, tag) : undefined;
 }
 
 /** The strong tag of a versioned or fingerprinted variant in one media type and coding. */
